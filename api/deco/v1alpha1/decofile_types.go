@@ -1,0 +1,263 @@
+package v1alpha1
+
+import (
+	"strconv"
+	"strings"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// SourceType says where a Decofile's content comes from.
+// +kubebuilder:validation:Enum=inline;github;git
+type SourceType string
+
+// Source types.
+const (
+	SourceInline SourceType = "inline"
+	SourceGitHub SourceType = "github"
+	SourceGit    SourceType = "git"
+)
+
+// TargetType says where the merged content is stored for pods to load.
+// +kubebuilder:validation:Enum=configmap;s3
+type TargetType string
+
+// Targets.
+const (
+	TargetConfigMap TargetType = "configmap"
+	TargetS3        TargetType = "s3"
+)
+
+// Format is how the content is stored in the ConfigMap.
+type Format string
+
+// Formats.
+const (
+	FormatJSON Format = "json"
+	FormatBin  Format = "bin"
+)
+
+// InlineSource holds the blocks in the Decofile itself.
+type InlineSource struct {
+	// Value maps a block name to its JSON value.
+	// +kubebuilder:validation:Required
+	Value map[string]apiextensionsv1.JSON `json:"value"`
+}
+
+// GitHubSource reads the blocks from the JSON files of a folder in a GitHub repository.
+type GitHubSource struct {
+	// Org is the owner of the repository.
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9](?:[A-Za-z0-9]|-[A-Za-z0-9]){0,38}$`
+	Org string `json:"org"`
+	// Repo is the repository name.
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9._-]{1,100}$`
+	// +kubebuilder:validation:XValidation:rule="self != '.' && self != '..'",message="repo must not be . or .."
+	Repo string `json:"repo"`
+	// Commit is a commit SHA, a branch or a tag. Branches and tags are re-resolved every spec.interval.
+	// +kubebuilder:validation:MinLength=1
+	Commit string `json:"commit"`
+	// Path is the folder of the repository holding the block files, e.g. .deco/blocks.
+	// +kubebuilder:validation:XValidation:rule="!self.matches('(^|/)\\\\.\\\\.(/|$)')",message="path must not contain '..'"
+	// +optional
+	Path string `json:"path,omitempty"`
+	// Secret names a Secret in the Decofile's namespace whose key "token" authenticates to GitHub.
+	// +optional
+	Secret string `json:"secret,omitempty"`
+}
+
+// GitSource reads the blocks from any git remote (GitLab, Gitea, self-hosted) over HTTPS or SSH.
+type GitSource struct {
+	// URL of the remote: https://…, ssh://… or user@host:path.
+	// +kubebuilder:validation:MinLength=1
+	URL string `json:"url"`
+	// Ref is a branch, a tag or a commit SHA. Branches and tags are re-resolved every spec.interval.
+	// +kubebuilder:default=main
+	// +optional
+	Ref string `json:"ref,omitempty"`
+	// Path is the folder of the repository holding the block files.
+	// +kubebuilder:validation:XValidation:rule="!self.matches('(^|/)\\\\.\\\\.(/|$)')",message="path must not contain '..'"
+	// +optional
+	Path string `json:"path,omitempty"`
+	// SecretRef names a Secret with username/password, bearerToken, or identity (SSH key) and known_hosts.
+	// +optional
+	SecretRef *corev1.LocalObjectReference `json:"secretRef,omitempty"`
+}
+
+// DecofileSpec is the desired content of a site's Decofile and how it is delivered.
+// +kubebuilder:validation:XValidation:rule="(self.source == 'inline') == has(self.inline) && (self.source == 'github') == has(self.github) && (self.source == 'git') == has(self.git)",message="exactly the block named by spec.source (inline, github or git) must be set"
+type DecofileSpec struct {
+	// Source selects which of inline, github or git provides the content.
+	// +kubebuilder:validation:Required
+	Source SourceType `json:"source"`
+	// Inline content.
+	// +optional
+	Inline *InlineSource `json:"inline,omitempty"`
+	// GitHub content.
+	// +optional
+	GitHub *GitHubSource `json:"github,omitempty"`
+	// Git content.
+	// +optional
+	Git *GitSource `json:"git,omitempty"`
+	// DeploymentID identifies the site's workloads; defaults to the Decofile's name.
+	// +optional
+	DeploymentID string `json:"deploymentId,omitempty"`
+	// Target is where the content is stored: a ConfigMap (default) or an S3 object.
+	// +kubebuilder:default=configmap
+	// +optional
+	Target TargetType `json:"target,omitempty"`
+	// Silent stores new content without notifying running pods.
+	// +optional
+	Silent bool `json:"silent,omitempty"`
+	// Interval is how often a branch or tag is re-resolved. A commit SHA is never polled.
+	// +kubebuilder:default="1m"
+	// +optional
+	Interval *metav1.Duration `json:"interval,omitempty"`
+}
+
+// RolloutStatus summarises the notification of running pods for one content version.
+type RolloutStatus struct {
+	// ID is the version being rolled out: commit:<sha> or timestamp:<ts>.
+	ID string `json:"id,omitempty"`
+	// Total pods selected.
+	Total int32 `json:"total"`
+	// Notified pods that confirmed the content.
+	Notified int32 `json:"notified"`
+	// Failed pods that did not confirm the content.
+	Failed int32 `json:"failed"`
+	// Skipped pods that were not running, had no IP, or went away.
+	Skipped int32 `json:"skipped"`
+	// StartedAt is when the rollout began.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// FinishedAt is when the rollout ended, successfully or not.
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+}
+
+// DecofileStatus is the observed state of a Decofile.
+type DecofileStatus struct {
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: Ready (content stored) and PodsNotified (rollout of that content).
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// SourceType is the source the stored content came from.
+	// +optional
+	SourceType SourceType `json:"sourceType,omitempty"`
+	// GitHubCommit is the commit SHA the stored content was read from (github and git sources).
+	// +optional
+	GitHubCommit string `json:"githubCommit,omitempty"`
+	// ShortCommit is the first 7 characters of GitHubCommit, for display.
+	// +optional
+	ShortCommit string `json:"shortCommit,omitempty"`
+	// ContentHash is the SHA-256 (hex) of the stored merged JSON.
+	// +optional
+	ContentHash string `json:"contentHash,omitempty"`
+	// NotifiedHash is the ContentHash whose rollout every pod confirmed.
+	// +optional
+	NotifiedHash string `json:"notifiedHash,omitempty"`
+	// ConfigMapName is the ConfigMap holding the content (configmap target).
+	// +optional
+	ConfigMapName string `json:"configMapName,omitempty"`
+	// S3URL is the public URL of the object holding the content (s3 target).
+	// +optional
+	S3URL string `json:"s3URL,omitempty"`
+	// Format is json or bin (brotli+base64).
+	// +optional
+	Format Format `json:"format,omitempty"`
+	// RawBytes is the size of the merged JSON.
+	// +optional
+	RawBytes int64 `json:"rawBytes,omitempty"`
+	// StoredBytes is the size of the stored form.
+	// +optional
+	StoredBytes int64 `json:"storedBytes,omitempty"`
+	// Timestamp is the value written to timestamp.txt (Unix seconds, strictly increasing).
+	// +optional
+	Timestamp int64 `json:"timestamp,omitempty"`
+	// LastUpdated is when the stored content last changed.
+	// +optional
+	LastUpdated *metav1.Time `json:"lastUpdated,omitempty"`
+	// Rollout summarises the latest notification of running pods.
+	// +optional
+	Rollout *RolloutStatus `json:"rollout,omitempty"`
+}
+
+// Decofile is the configuration of one Deco site, delivered to its pods.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=df,categories=siteops
+// +kubebuilder:printcolumn:name="Source",type=string,JSONPath=`.spec.source`
+// +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.spec.target`
+// +kubebuilder:printcolumn:name="Commit",type=string,JSONPath=`.status.shortCommit`
+// +kubebuilder:printcolumn:name="Format",type=string,JSONPath=`.status.format`
+// +kubebuilder:printcolumn:name="Size",type=integer,JSONPath=`.status.storedBytes`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Notified",type=string,priority=1,JSONPath=`.status.conditions[?(@.type=="PodsNotified")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Decofile struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   DecofileSpec   `json:"spec,omitempty"`
+	Status DecofileStatus `json:"status,omitempty"`
+}
+
+// DecofileList is a list of Decofiles.
+//
+// +kubebuilder:object:root=true
+type DecofileList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Decofile `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Decofile{}, &DecofileList{})
+}
+
+// DeploymentIDOrName is spec.deploymentId, or the Decofile's name when that is empty.
+func (d *Decofile) DeploymentIDOrName() string {
+	if d.Spec.DeploymentID != "" {
+		return d.Spec.DeploymentID
+	}
+	return d.Name
+}
+
+// TargetOrDefault is spec.target, or configmap when unset.
+func (d *Decofile) TargetOrDefault() TargetType {
+	if d.Spec.Target == "" {
+		return TargetConfigMap
+	}
+	return d.Spec.Target
+}
+
+// ConfigMapName is the ConfigMap the controller writes and the webhook mounts.
+func (d *Decofile) ConfigMapName() string { return "decofile-" + d.Name }
+
+// ReloadSecretName is the Secret holding the workload's stable reload token.
+func (d *Decofile) ReloadSecretName() string { return "decofile-" + d.Name + "-reload" }
+
+// S3ObjectKey is the object key for the s3 target, shared by the controller (upload) and the
+// webhook (DECO_RELEASE URL) so neither depends on the other's timing.
+func (d *Decofile) S3ObjectKey(prefix string) string {
+	key := d.Namespace + "/" + d.DeploymentIDOrName() + "/decofile.json"
+	if p := strings.Trim(prefix, "/"); p != "" {
+		return p + "/" + key
+	}
+	return key
+}
+
+// RolloutID names a content version the way PodsNotified messages and `decofile wait` do:
+// commit:<sha> for git and github sources, timestamp:<ts> for inline content.
+func RolloutID(status *DecofileStatus) string {
+	if status.GitHubCommit != "" && status.SourceType != SourceInline {
+		return "commit:" + status.GitHubCommit
+	}
+	return "timestamp:" + strconv.FormatInt(status.Timestamp, 10)
+}

@@ -1,0 +1,83 @@
+package v1alpha1
+
+// Names read by software outside this project (the Deco site runtime, users' manifests).
+// Changing any of them breaks running sites.
+const (
+	// AnnotationInject on a workload asks the webhook to inject a Decofile: "true", "default" or a Decofile name.
+	AnnotationInject = "deco.sites/decofile-inject"
+	// AnnotationMountPath overrides where the Decofile ConfigMap is mounted (default DefaultMountPath).
+	AnnotationMountPath = "deco.sites/decofile-mount-path"
+	// AnnotationContainer names the container that receives the Decofile env (default "app", else the first).
+	AnnotationContainer = "deco.sites/decofile-container"
+	// AnnotationReloadPort overrides the port the operator uses for a pod's reload endpoint.
+	AnnotationReloadPort = "deco.sites/reload-port"
+	// AnnotationValkeyACL on a namespace opts it into a per-tenant Valkey ACL user.
+	AnnotationValkeyACL = "deco.sites/valkey-acl"
+	// AnnotationValkeyACLSync on a namespace forces a resync of its ACL user when its value changes.
+	AnnotationValkeyACLSync = "deco.sites/valkey-acl-sync"
+	// AnnotationValkeyACLInject on a workload asks for the valkey-acl Secret without a Decofile.
+	AnnotationValkeyACLInject = "deco.sites/valkey-acl-inject"
+	// AnnotationValkeyACLRotate on a namespace rotates the tenant password when its value changes.
+	AnnotationValkeyACLRotate = "deco.sites/valkey-acl-rotate"
+
+	// LabelDecofile on a pod names the Decofile it was injected with.
+	LabelDecofile = "deco.sites/decofile"
+	// LabelDeploymentID is the label older workloads carry; kept for compatibility.
+	LabelDeploymentID = "app.deco/deploymentId"
+	// LabelManagedBy marks objects this operator owns.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// ManagedByValue is the value of LabelManagedBy on objects this operator owns.
+	ManagedByValue = "siteops"
+
+	// EnvRelease tells the site runtime where to load the Decofile from at cold start.
+	EnvRelease = "DECO_RELEASE"
+	// EnvAllowedAuthorities lists the hosts the runtime may load a Decofile from over HTTPS.
+	EnvAllowedAuthorities = "DECO_ALLOWED_AUTHORITIES"
+	// EnvReloadToken is the token the runtime expects on POST /.decofile/reload.
+	EnvReloadToken = "DECO_RELEASE_RELOAD_TOKEN"
+	// DefaultAllowedAuthorities is the runtime's built-in list, kept when EnvAllowedAuthorities is merged.
+	DefaultAllowedAuthorities = "configs.decocdn.com,configs.deco.cx,admin.deco.cx,localhost"
+
+	// KeyJSON is the ConfigMap key holding the merged Decofile as JSON.
+	KeyJSON = "decofile.json"
+	// KeyBin is the ConfigMap key holding base64 of the brotli-compressed merged JSON.
+	KeyBin = "decofile.bin"
+	// KeyTimestamp is the ConfigMap key holding the Unix-seconds version of the content.
+	KeyTimestamp = "timestamp.txt"
+	// ReloadTokenKey is the key of the reload token in the Decofile's reload Secret.
+	ReloadTokenKey = "token"
+	// DefaultMountPath is where the Decofile ConfigMap is mounted in the site container.
+	DefaultMountPath = "/app/decofile"
+	// ReloadPath is the site runtime's reload endpoint.
+	ReloadPath = "/.decofile/reload"
+
+	// ValkeyACLSecretName is the Secret holding a tenant's Valkey credentials.
+	ValkeyACLSecretName = "valkey-acl"
+	// ValkeyACLUsernameKey is the Secret key with the tenant's Valkey username.
+	ValkeyACLUsernameKey = "LOADER_CACHE_REDIS_USERNAME"
+	// ValkeyACLPasswordKey is the Secret key with the tenant's Valkey password.
+	ValkeyACLPasswordKey = "LOADER_CACHE_REDIS_PASSWORD"
+)
+
+// Condition types and reasons recorded on a Decofile.
+const (
+	// ConditionReady is True when the current content is stored where pods load it from.
+	ConditionReady = "Ready"
+	// ConditionPodsNotified tracks the rollout of the current content to running pods.
+	ConditionPodsNotified = "PodsNotified"
+
+	// ReasonSucceeded: the content is stored.
+	ReasonSucceeded = "Succeeded"
+	// ReasonS3Uploaded: the content is stored as an S3 object.
+	ReasonS3Uploaded = "S3Uploaded"
+	// ReasonProgressing: the content is being fetched or stored.
+	ReasonProgressing = "Progressing"
+	// ReasonTooLarge: even the compressed form does not fit in a ConfigMap.
+	ReasonTooLarge = "TooLarge"
+	// ReasonNotificationInProgress: pods are being notified.
+	ReasonNotificationInProgress = "NotificationInProgress"
+	// ReasonNotificationSucceeded: every pod confirmed the current content.
+	ReasonNotificationSucceeded = "NotificationSucceeded"
+	// ReasonNotificationFailed: at least one pod did not confirm the current content.
+	ReasonNotificationFailed = "NotificationFailed"
+)

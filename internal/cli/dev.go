@@ -1,0 +1,46 @@
+package cli
+
+import (
+	goflag "flag"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/siteops/siteops/internal/devenv"
+	"github.com/siteops/siteops/internal/manager"
+)
+
+func newDevCommand() *cobra.Command {
+	dev := &cobra.Command{Use: "dev", Short: "Run siteops locally, without a cluster"}
+	dev.AddCommand(newDevUpCommand())
+	return dev
+}
+
+func newDevUpCommand() *cobra.Command {
+	o := devenv.Options{KubeconfigPath: ".siteops/kubeconfig", Manager: manager.DefaultOptions()}
+	zapOpts := zap.Options{}
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Start a local control plane with the manager; Ctrl-C stops everything",
+		Long: "Starts kube-apiserver and etcd from the build cache, installs the CRDs, runs the manager " +
+			"in-process against them and writes an admin kubeconfig. Prints one ready line when usable.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts), zap.WriteTo(cmd.ErrOrStderr())))
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			o.Out = cmd.OutOrStdout()
+			return devenv.Up(ctx, o)
+		},
+	}
+	cmd.Flags().StringVar(&o.KubeconfigPath, "kubeconfig", o.KubeconfigPath, "where to write the admin kubeconfig")
+	cmd.Flags().StringVar(&o.StateDir, "state-dir", "", "folder for server data and logs (default: the kubeconfig's folder)")
+	cmd.Flags().StringSliceVar(&o.Manager.Controllers, "controllers", o.Manager.Controllers, "parts to run")
+	goFlags := goflag.NewFlagSet("log", goflag.ContinueOnError)
+	zapOpts.BindFlags(goFlags)
+	cmd.Flags().AddGoFlagSet(goFlags)
+	return cmd
+}

@@ -1,0 +1,163 @@
+// Package manager builds the siteops-manager: one controller-runtime manager running the parts
+// chosen with --controllers, with leader election, probes, metrics and the webhook server.
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/siteops/siteops/internal/decofile"
+	"github.com/siteops/siteops/internal/mirror"
+	"github.com/siteops/siteops/internal/scheme"
+	"github.com/siteops/siteops/internal/tenant"
+)
+
+// Part names accepted by --controllers.
+const (
+	PartDecofile = "decofile"
+	PartTenant   = "tenant"
+	PartMirror   = "mirror"
+)
+
+// Parts lists every part in start order.
+var Parts = []string{PartDecofile, PartTenant, PartMirror}
+
+// Options configures the manager and every part.
+type Options struct {
+	// MetricsAddr serves Prometheus metrics; "0" disables it.
+	MetricsAddr string
+	// ProbeAddr serves /healthz and /readyz.
+	ProbeAddr string
+	// LeaderElect makes only one replica run controllers at a time.
+	LeaderElect bool
+	// LeaderElectionID names the Lease used for leader election.
+	LeaderElectionID string
+	// LeaderElectionNamespace holds the Lease; empty means the manager's own namespace.
+	LeaderElectionNamespace string
+	// Controllers are the parts to run.
+	Controllers []string
+	// WebhookHost and WebhookPort are where the admission webhook server listens.
+	WebhookHost string
+	WebhookPort int
+	// WebhookCertDir holds tls.crt and tls.key for the webhook server.
+	WebhookCertDir string
+
+	// Decofile configures the Decofile delivery part.
+	Decofile decofile.Options
+	// Tenant configures the tenant cache isolation part.
+	Tenant tenant.Options
+	// Mirror configures the cluster-to-git mirror part.
+	Mirror mirror.Options
+}
+
+// DefaultOptions are the options of a production deployment.
+func DefaultOptions() Options {
+	return Options{
+		MetricsAddr:      ":8080",
+		ProbeAddr:        ":8081",
+		LeaderElect:      true,
+		LeaderElectionID: "siteops-manager.siteops.dev",
+		Controllers:      slices.Clone(Parts),
+		WebhookPort:      9443,
+		WebhookCertDir:   "/tmp/k8s-webhook-server/serving-certs",
+	}
+}
+
+// BindFlags registers every manager and part flag on fs.
+func (o *Options) BindFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, `address the metrics endpoint binds to ("0" disables it)`)
+	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", o.ProbeAddr, "address the health and readiness probes bind to")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect a leader so only one replica runs controllers")
+	fs.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "name of the leader election Lease")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "namespace of the leader election Lease (default: the manager's namespace)")
+	fs.StringSliceVar(&o.Controllers, "controllers", o.Controllers, "parts to run: "+strings.Join(Parts, ","))
+	fs.StringVar(&o.WebhookHost, "webhook-host", o.WebhookHost, "address the admission webhook server binds to")
+	fs.IntVar(&o.WebhookPort, "webhook-port", o.WebhookPort, "port of the admission webhook server")
+	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", o.WebhookCertDir, "folder with tls.crt and tls.key for the webhook server")
+	o.Decofile.BindFlags(fs)
+	o.Tenant.BindFlags(fs)
+	o.Mirror.BindFlags(fs)
+}
+
+// Validate reports option values that cannot work, all at once.
+func (o *Options) Validate() error {
+	var errs []error
+	for _, c := range o.Controllers {
+		if !slices.Contains(Parts, c) {
+			errs = append(errs, fmt.Errorf("--controllers: unknown part %q (known: %s)", c, strings.Join(Parts, ",")))
+		}
+	}
+	if o.Enabled(PartDecofile) {
+		errs = append(errs, o.Decofile.Validate())
+	}
+	if o.Enabled(PartTenant) {
+		errs = append(errs, o.Tenant.Validate())
+	}
+	if o.Enabled(PartMirror) {
+		errs = append(errs, o.Mirror.Validate())
+	}
+	return errors.Join(errs...)
+}
+
+// Enabled reports whether part is in --controllers.
+func (o *Options) Enabled(part string) bool { return slices.Contains(o.Controllers, part) }
+
+// New builds a manager for cfg with the enabled parts registered.
+func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme.New(),
+		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:        o.ProbeAddr,
+		LeaderElection:                o.LeaderElect,
+		LeaderElectionID:              o.LeaderElectionID,
+		LeaderElectionNamespace:       o.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		WebhookServer:                 webhook.NewServer(webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.WebhookCertDir}),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	setups := map[string]func() error{
+		PartDecofile: func() error { return decofile.Setup(mgr, o.Decofile) },
+		PartTenant:   func() error { return tenant.Setup(mgr, o.Tenant) },
+		PartMirror:   func() error { return mirror.Setup(mgr, o.Mirror) },
+	}
+	for _, part := range Parts {
+		if !o.Enabled(part) {
+			continue
+		}
+		if err := setups[part](); err != nil {
+			return nil, fmt.Errorf("set up %s part: %w", part, err)
+		}
+	}
+	return mgr, nil
+}
+
+// Run builds the manager and runs it until ctx is done.
+func Run(ctx context.Context, cfg *rest.Config, o Options) error {
+	mgr, err := New(cfg, o)
+	if err != nil {
+		return err
+	}
+	ctrl.Log.WithName("setup").Info("starting manager", "controllers", o.Controllers, "leaderElect", o.LeaderElect)
+	return mgr.Start(ctx)
+}

@@ -1,0 +1,126 @@
+package servers
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/cgi"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// GitRemoteOptions configures a git smart-HTTP remote.
+type GitRemoteOptions struct {
+	// Root holds the bare repositories. Required.
+	Root string
+	// Host to bind; default 127.0.0.1.
+	Host string
+	// Username and Password, when set, are required as HTTP basic auth on every request.
+	Username, Password string
+}
+
+// GitRemote serves the bare repositories under Root with `git http-backend`, for clone, fetch
+// and push over HTTP, like a hosted git server.
+type GitRemote struct {
+	// Root holds the bare repositories.
+	Root string
+	// BaseURL is http://host:port; a repository is at BaseURL/<name>.git.
+	BaseURL string
+
+	server *http.Server
+}
+
+// StartGitRemote starts the remote on a free port.
+func StartGitRemote(ctx context.Context, o GitRemoteOptions) (*GitRemote, error) {
+	gitBin, err := exec.LookPath("git")
+	if err != nil {
+		return nil, fmt.Errorf("git not found on PATH: install Debian's git package: %w", err)
+	}
+	if o.Host == "" {
+		o.Host = "127.0.0.1"
+	}
+	if err := os.MkdirAll(o.Root, 0o755); err != nil {
+		return nil, fmt.Errorf("create git remote root: %w", err)
+	}
+	backend := &cgi.Handler{
+		Path: gitBin,
+		Args: []string{"http-backend"},
+		Env:  []string{"GIT_PROJECT_ROOT=" + o.Root, "GIT_HTTP_EXPORT_ALL=1", "REMOTE_USER=siteops"},
+	}
+	var handler http.Handler = backend
+	if o.Username != "" || o.Password != "" {
+		handler = basicAuth(o.Username, o.Password, backend)
+	}
+	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", net.JoinHostPort(o.Host, "0"))
+	if err != nil {
+		return nil, fmt.Errorf("listen for git remote: %w", err)
+	}
+	r := &GitRemote{
+		Root:    o.Root,
+		BaseURL: "http://" + l.Addr().String(),
+		server:  &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second},
+	}
+	go func() { _ = r.server.Serve(l) }()
+	return r, nil
+}
+
+func basicAuth(user, pass string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		u, p, ok := req.BasicAuth()
+		if !ok || subtle.ConstantTimeCompare([]byte(u), []byte(user)) != 1 || subtle.ConstantTimeCompare([]byte(p), []byte(pass)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
+			http.Error(w, "authentication required", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, req)
+	})
+}
+
+// CreateRepo makes an empty bare repository <name>.git whose default branch is branch, accepting
+// pushes over HTTP, and returns its URL.
+func (r *GitRemote) CreateRepo(name, branch string) (string, error) {
+	if branch == "" {
+		branch = "main"
+	}
+	dir := r.RepoDir(name)
+	if err := runGit("", "init", "--bare", "--quiet", "--initial-branch="+branch, dir); err != nil {
+		return "", err
+	}
+	if err := runGit(dir, "config", "http.receivepack", "true"); err != nil {
+		return "", err
+	}
+	return r.RepoURL(name), nil
+}
+
+// RepoDir is the bare repository folder of name.
+func (r *GitRemote) RepoDir(name string) string { return filepath.Join(r.Root, name+".git") }
+
+// RepoURL is the clone URL of name.
+func (r *GitRemote) RepoURL(name string) string { return r.BaseURL + "/" + name + ".git" }
+
+// Stop closes the HTTP server.
+func (r *GitRemote) Stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.server.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func runGit(dir string, args ...string) error {
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
