@@ -20,6 +20,11 @@ func NewRootCommand() *cobra.Command {
 	root.AddCommand(
 		newVersionCommand(),
 		newDevCommand(),
+		newDecofileCommand(),
+		newSiteCommand(),
+		newTenantCommand(),
+		newCatalogCommand(),
+		newWavesCommand(),
 	)
 	return root
 }
