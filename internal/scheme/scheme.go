@@ -8,6 +8,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
 	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
 )
 
 // New returns a scheme with the built-in Kubernetes types, CRDs and the siteops APIs.
@@ -16,5 +17,6 @@ func New() *runtime.Scheme {
 	utilruntime.Must(clientgoscheme.AddToScheme(s))
 	utilruntime.Must(apiextensionsv1.AddToScheme(s))
 	utilruntime.Must(decov1alpha1.AddToScheme(s))
+	utilruntime.Must(mirrorv1alpha1.AddToScheme(s))
 	return s
 }

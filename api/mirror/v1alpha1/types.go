@@ -1,0 +1,309 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Condition types and reasons shared by the mirror resources.
+const (
+	// ConditionReady is the kstatus readiness condition.
+	ConditionReady = "Ready"
+	// ConditionCursorsDurable says whether watch resume cursors are being recorded in Redis.
+	ConditionCursorsDurable = "CursorsDurable"
+)
+
+// Committer is the git identity that makes the commits.
+type Committer struct {
+	// Name of the committer.
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// Email of the committer.
+	// +kubebuilder:validation:MinLength=1
+	Email string `json:"email"`
+}
+
+// GitProviderSpec describes a git remote and how to authenticate to it.
+type GitProviderSpec struct {
+	// URL of the repository: https://…, ssh://… or user@host:path.
+	// +kubebuilder:validation:Pattern=`^(https?://|ssh://|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:).+`
+	URL string `json:"url"`
+	// SecretRef names a Secret in the provider's namespace holding either an SSH key
+	// (identity or ssh-privatekey) with known_hosts, username/password, or bearerToken.
+	// +optional
+	SecretRef *corev1.LocalObjectReference `json:"secretRef,omitempty"`
+	// AllowedBranches are globs (path.Match syntax) that GitTargets' branches must match.
+	// Empty allows every branch.
+	// +optional
+	AllowedBranches []string `json:"allowedBranches,omitempty"`
+	// Committer names the identity of every commit.
+	Committer Committer `json:"committer"`
+}
+
+// GitProviderStatus is the observed state of a GitProvider.
+type GitProviderStatus struct {
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: Ready says the provider's credentials could be loaded.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// GitProvider is a git remote the mirror pushes to.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:categories=siteops;mirror
+// +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.spec.url`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type GitProvider struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   GitProviderSpec   `json:"spec"`
+	Status GitProviderStatus `json:"status,omitempty"`
+}
+
+// GitProviderList is a list of GitProviders.
+// +kubebuilder:object:root=true
+type GitProviderList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []GitProvider `json:"items"`
+}
+
+// DeletePolicy says what a deleted cluster object does to its file in git.
+// +kubebuilder:validation:Enum=apply;ignore
+type DeletePolicy string
+
+// Delete policies.
+const (
+	// DeletesApply removes the file of a deleted object.
+	DeletesApply DeletePolicy = "apply"
+	// DeletesIgnore keeps the file of a deleted object.
+	DeletesIgnore DeletePolicy = "ignore"
+)
+
+// GitTargetSpec is where in git a set of watched resources is written.
+type GitTargetSpec struct {
+	// ProviderRef names a GitProvider in the target's namespace.
+	ProviderRef corev1.LocalObjectReference `json:"providerRef"`
+	// Branch is written to; it must match the provider's allowedBranches.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9._/-]+$`
+	Branch string `json:"branch"`
+	// Path is the folder of the repository the files go under; empty means the root.
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/')",message="path must not start with /"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('(^|/)\\\\.\\\\.(/|$)')",message="path must not contain '..'"
+	// +optional
+	Path string `json:"path,omitempty"`
+	// CommitWindow batches the changes of this long into one commit; 0s makes one commit per change.
+	// +kubebuilder:default="5s"
+	// +optional
+	CommitWindow *metav1.Duration `json:"commitWindow,omitempty"`
+	// Deletes says whether deleting an object removes its file (apply) or keeps it (ignore).
+	// +kubebuilder:default=apply
+	// +optional
+	Deletes DeletePolicy `json:"deletes,omitempty"`
+}
+
+// ExcludedResource is a resource a rule matched that is not mirrored, and why.
+type ExcludedResource struct {
+	// Resource is <resource>.<group> (or <resource> for the core group).
+	Resource string `json:"resource"`
+	// Reason says why it is not mirrored.
+	Reason string `json:"reason"`
+}
+
+// GitTargetStatus is the observed state of a GitTarget.
+type GitTargetStatus struct {
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: Ready (watches running and pushes succeeding) and CursorsDurable (Redis reachable).
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// LastPushedCommit is the SHA of the last commit pushed for this target's branch.
+	// +optional
+	LastPushedCommit string `json:"lastPushedCommit,omitempty"`
+	// LastPushTime is when that commit was pushed.
+	// +optional
+	LastPushTime *metav1.Time `json:"lastPushTime,omitempty"`
+	// WatchedStreams counts the running watches (one per resource and namespace scope).
+	// +optional
+	WatchedStreams int32 `json:"watchedStreams,omitempty"`
+	// PendingWrites counts changes waiting to be pushed.
+	// +optional
+	PendingWrites int32 `json:"pendingWrites,omitempty"`
+	// SkippedSecrets counts Secret resources the rules matched that are not written (never in plaintext).
+	// +optional
+	SkippedSecrets int32 `json:"skippedSecrets,omitempty"`
+	// Excluded lists resources the rules matched that are not mirrored.
+	// +optional
+	Excluded []ExcludedResource `json:"excluded,omitempty"`
+}
+
+// GitTarget is a branch and folder of a GitProvider that watched resources are mirrored into.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:categories=siteops;mirror
+// +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=`.spec.providerRef.name`
+// +kubebuilder:printcolumn:name="Branch",type=string,JSONPath=`.spec.branch`
+// +kubebuilder:printcolumn:name="Path",type=string,JSONPath=`.spec.path`
+// +kubebuilder:printcolumn:name="Streams",type=integer,JSONPath=`.status.watchedStreams`
+// +kubebuilder:printcolumn:name="Commit",type=string,JSONPath=`.status.lastPushedCommit`,priority=1
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type GitTarget struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   GitTargetSpec   `json:"spec"`
+	Status GitTargetStatus `json:"status,omitempty"`
+}
+
+// GitTargetList is a list of GitTargets.
+// +kubebuilder:object:root=true
+type GitTargetList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []GitTarget `json:"items"`
+}
+
+// Operation is a kind of change a rule mirrors.
+// +kubebuilder:validation:Enum=CREATE;UPDATE;DELETE;"*"
+type Operation string
+
+// Operations.
+const (
+	OperationCreate Operation = "CREATE"
+	OperationUpdate Operation = "UPDATE"
+	OperationDelete Operation = "DELETE"
+	OperationAll    Operation = "*"
+)
+
+// ResourceRule selects resources by API group, version and plural name.
+type ResourceRule struct {
+	// APIGroups are the groups; "" is the core group, "*" every group.
+	// +kubebuilder:validation:MinItems=1
+	APIGroups []string `json:"apiGroups"`
+	// APIVersions are the versions; empty means each group's preferred version.
+	// +optional
+	APIVersions []string `json:"apiVersions,omitempty"`
+	// Resources are plural resource names, or "*" for every listable and watchable resource.
+	// +kubebuilder:validation:MinItems=1
+	Resources []string `json:"resources"`
+	// Operations are the changes to mirror; empty means all.
+	// +optional
+	Operations []Operation `json:"operations,omitempty"`
+}
+
+// TargetReference names a GitTarget.
+type TargetReference struct {
+	// Name of the GitTarget.
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// Namespace of the GitTarget; for a WatchRule it must be empty or the rule's own namespace.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// WatchRuleSpec chooses namespaced resources of the rule's namespace to mirror.
+type WatchRuleSpec struct {
+	// TargetRef names the GitTarget the resources are written to.
+	TargetRef TargetReference `json:"targetRef"`
+	// Rules select the resources.
+	// +kubebuilder:validation:MinItems=1
+	Rules []ResourceRule `json:"rules"`
+}
+
+// WatchRuleStatus is the observed state of a WatchRule or ClusterWatchRule.
+type WatchRuleStatus struct {
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: Ready says the rule resolved to at least one resource of an existing target.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Resources are the resolved resources (<resource>.<group>/<version>).
+	// +optional
+	Resources []string `json:"resources,omitempty"`
+	// Excluded lists matched resources that are not mirrored, and why.
+	// +optional
+	Excluded []ExcludedResource `json:"excluded,omitempty"`
+}
+
+// WatchRule mirrors namespaced resources of its own namespace into a GitTarget.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:categories=siteops;mirror
+// +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.spec.targetRef.name`
+// +kubebuilder:printcolumn:name="Resources",type=string,JSONPath=`.status.resources`,priority=1
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type WatchRule struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   WatchRuleSpec   `json:"spec"`
+	Status WatchRuleStatus `json:"status,omitempty"`
+}
+
+// WatchRuleList is a list of WatchRules.
+// +kubebuilder:object:root=true
+type WatchRuleList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []WatchRule `json:"items"`
+}
+
+// ClusterWatchRuleSpec chooses cluster-scoped resources to mirror.
+type ClusterWatchRuleSpec struct {
+	// TargetRef names the GitTarget (namespace required) the resources are written to.
+	// +kubebuilder:validation:XValidation:rule="size(self.__namespace__) > 0",message="targetRef.namespace is required"
+	TargetRef TargetReference `json:"targetRef"`
+	// Rules select the resources.
+	// +kubebuilder:validation:MinItems=1
+	Rules []ResourceRule `json:"rules"`
+}
+
+// ClusterWatchRule mirrors cluster-scoped resources into a GitTarget.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,categories=siteops;mirror
+// +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.spec.targetRef.name`
+// +kubebuilder:printcolumn:name="Target-Namespace",type=string,JSONPath=`.spec.targetRef.namespace`
+// +kubebuilder:printcolumn:name="Resources",type=string,JSONPath=`.status.resources`,priority=1
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ClusterWatchRule struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ClusterWatchRuleSpec `json:"spec"`
+	Status WatchRuleStatus      `json:"status,omitempty"`
+}
+
+// ClusterWatchRuleList is a list of ClusterWatchRules.
+// +kubebuilder:object:root=true
+type ClusterWatchRuleList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ClusterWatchRule `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&GitProvider{}, &GitProviderList{}, &GitTarget{}, &GitTargetList{},
+		&WatchRule{}, &WatchRuleList{}, &ClusterWatchRule{}, &ClusterWatchRuleList{})
+}
