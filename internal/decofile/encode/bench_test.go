@@ -1,0 +1,80 @@
+package encode
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/siteops/siteops/internal/decofile/encode/sample"
+)
+
+func standardMerged(tb testing.TB) []byte {
+	tb.Helper()
+	files := sample.Generate(sample.Standard)
+	blocks := make(map[string]json.RawMessage, len(files))
+	for n, b := range files {
+		blocks[strings.TrimSuffix(n, ".json")] = b
+	}
+	merged, err := Merge(blocks)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return merged
+}
+
+// BenchmarkLevels measures every brotli level on the standard sample; it is how DefaultLevels
+// was chosen. Reported: stored bytes (base64) and the ratio to the raw JSON.
+func BenchmarkLevels(b *testing.B) {
+	merged := standardMerged(b)
+	for _, lvl := range []Level{{4, 22}, {5, 22}, {6, 22}, {7, 22}, {9, 22}, {9, 24}, {11, 22}, {11, 24}} {
+		b.Run(lvl.String(), func(b *testing.B) {
+			b.SetBytes(int64(len(merged)))
+			var out string
+			for b.Loop() {
+				var err error
+				if out, err = Compress(merged, lvl); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(out)), "stored-bytes")
+			b.ReportMetric(float64(len(out))/float64(len(merged))*100, "%-of-raw")
+		})
+	}
+}
+
+// BenchmarkMerge measures canonicalising and merging the 360 blocks.
+func BenchmarkMerge(b *testing.B) {
+	files := sample.Generate(sample.Standard)
+	blocks := make(map[string]json.RawMessage, len(files))
+	for n, v := range files {
+		blocks[strings.TrimSuffix(n, ".json")] = v
+	}
+	var total int
+	for _, v := range files {
+		total += len(v)
+	}
+	b.SetBytes(int64(total))
+	for b.Loop() {
+		if _, err := Merge(blocks); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkEncode measures Encode with the default ladder on the standard sample.
+func BenchmarkEncode(b *testing.B) {
+	merged := standardMerged(b)
+	b.SetBytes(int64(len(merged)))
+	var r *Result
+	for b.Loop() {
+		var err error
+		if r, err = Encode(merged, Options{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(merged)), "raw-bytes")
+	b.ReportMetric(float64(r.StoredBytes()), "stored-bytes")
+	b.ReportMetric(float64(r.Level.Quality), "quality")
+	fmt.Fprintf(b.Output(), "encode: %d → %d bytes (%s, %d attempt(s))\n", len(merged), r.StoredBytes(), r.Level, r.Attempts)
+}

@@ -1,0 +1,246 @@
+// Package encode turns a Decofile's blocks into the bytes stored for pods: one canonical JSON
+// document (keys sorted, no HTML escaping, so equal content gives equal bytes and an equal
+// SHA-256), stored as-is when small or as base64 of brotli when large, escalating the brotli
+// quality only when the fast form would not fit in a ConfigMap.
+package encode
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/andybalholm/brotli"
+
+	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
+)
+
+// ConfigMapLimit is the most data (keys plus values) the API server accepts in one ConfigMap.
+const ConfigMapLimit = 1 << 20
+
+// DefaultThreshold is the merged-JSON size above which the content is compressed (seed: 2.5 MB).
+const DefaultThreshold = 2_500_000
+
+// timestampReserve is room left for the timestamp.txt key and its value (Unix seconds).
+var timestampReserve = len(decov1.KeyTimestamp) + 20
+
+// Level is one brotli setting of the escalation ladder.
+type Level struct {
+	// Quality is the brotli quality, 0–11.
+	Quality int
+	// LGWin is the log2 of the window size (10–24); 0 lets brotli choose.
+	LGWin int
+}
+
+func (l Level) String() string { return fmt.Sprintf("q%d/w%d", l.Quality, l.LGWin) }
+
+// DefaultLevels is the escalation ladder: a fast level that handles nearly every Decofile in a
+// fraction of a second, then stronger ones tried only when the result would not fit, ending at
+// the strongest brotli setting so everything whose strongest form fits is accepted. The levels
+// were chosen with BenchmarkLevels on the standard 4.2 MB sample (see docs/decofile.md).
+var DefaultLevels = []Level{{Quality: 6, LGWin: 22}, {Quality: 9, LGWin: 22}, {Quality: 11, LGWin: 24}}
+
+// Options configures Encode.
+type Options struct {
+	// Threshold is the merged-JSON size above which the content is compressed; 0 means DefaultThreshold.
+	Threshold int
+	// Limit is the most data a ConfigMap may hold; 0 means ConfigMapLimit.
+	Limit int
+	// Levels is the brotli escalation ladder; nil means DefaultLevels.
+	Levels []Level
+}
+
+func (o Options) withDefaults() Options {
+	if o.Threshold <= 0 {
+		o.Threshold = DefaultThreshold
+	}
+	if o.Limit <= 0 {
+		o.Limit = ConfigMapLimit
+	}
+	if len(o.Levels) == 0 {
+		o.Levels = DefaultLevels
+	}
+	return o
+}
+
+// Result is the stored form of one merged JSON document.
+type Result struct {
+	// Format is json or bin.
+	Format decov1.Format
+	// Key is the ConfigMap key holding Data (decofile.json or decofile.bin).
+	Key string
+	// Data is the stored value: the JSON itself, or base64 of its brotli form.
+	Data string
+	// RawBytes is the size of the merged JSON.
+	RawBytes int
+	// Level is the brotli setting that produced Data (zero for json).
+	Level Level
+	// Attempts is how many brotli levels were tried.
+	Attempts int
+	// Duration is the time spent compressing and encoding.
+	Duration time.Duration
+}
+
+// StoredBytes is the size of Data.
+func (r *Result) StoredBytes() int { return len(r.Data) }
+
+// TooLargeError says that even the strongest compressed form does not fit in a ConfigMap.
+type TooLargeError struct {
+	// RawBytes is the size of the merged JSON.
+	RawBytes int
+	// StoredBytes is the size of the smallest stored form.
+	StoredBytes int
+	// Limit is the most a ConfigMap may hold for this content.
+	Limit int
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("the Decofile does not fit in a ConfigMap: %d bytes of JSON compress to %d bytes, over the %d-byte limit; use spec.target: s3",
+		e.RawBytes, e.StoredBytes, e.Limit)
+}
+
+// Merge builds the canonical merged JSON of blocks: an object of block name → value, every
+// object's keys sorted, HTML characters (& < >) not escaped, no insignificant whitespace.
+func Merge(blocks map[string]json.RawMessage) ([]byte, error) {
+	names := make([]string, 0, len(blocks))
+	size := 2
+	for n, v := range blocks {
+		names = append(names, n)
+		size += len(n) + len(v) + 4
+	}
+	slices.Sort(names)
+	var buf bytes.Buffer
+	buf.Grow(size)
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	buf.WriteByte('{')
+	for i, n := range names {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		if err := enc.Encode(n); err != nil {
+			return nil, fmt.Errorf("encode block name %q: %w", n, err)
+		}
+		trimNewline(&buf)
+		buf.WriteByte(':')
+		if err := canonical(&buf, enc, blocks[n]); err != nil {
+			return nil, fmt.Errorf("block %q: %w", n, err)
+		}
+	}
+	buf.WriteByte('}')
+	return buf.Bytes(), nil
+}
+
+// Canonical re-encodes one JSON value the way Merge does.
+func Canonical(raw []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := canonical(&buf, enc, raw); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func canonical(buf *bytes.Buffer, enc *json.Encoder, raw []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber() // keep numbers exactly as written (no float64 rounding)
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return fmt.Errorf("invalid JSON: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("invalid JSON: data after the first value")
+	}
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("encode JSON: %w", err)
+	}
+	trimNewline(buf)
+	return nil
+}
+
+func trimNewline(buf *bytes.Buffer) {
+	if n := buf.Len(); n > 0 && buf.Bytes()[n-1] == '\n' {
+		buf.Truncate(n - 1)
+	}
+}
+
+// Hash is the hex SHA-256 of the merged JSON, the content version recorded in status.contentHash.
+func Hash(merged []byte) string {
+	sum := sha256.Sum256(merged)
+	return hex.EncodeToString(sum[:])
+}
+
+// Fits reports whether a value of n bytes under key, plus timestamp.txt, fits in limit.
+func Fits(key string, n, limit int) bool { return len(key)+n+timestampReserve <= limit }
+
+// Encode chooses the stored form of merged: the JSON itself when it is at most Threshold bytes
+// and fits, otherwise base64 of brotli, trying each level of the ladder until the result fits.
+// When nothing fits it returns a *TooLargeError with the smallest size reached.
+func Encode(merged []byte, o Options) (*Result, error) {
+	o = o.withDefaults()
+	start := time.Now()
+	if len(merged) <= o.Threshold && Fits(decov1.KeyJSON, len(merged), o.Limit) {
+		return &Result{Format: decov1.FormatJSON, Key: decov1.KeyJSON, Data: string(merged), RawBytes: len(merged), Duration: time.Since(start)}, nil
+	}
+	best := -1
+	for i, lvl := range o.Levels {
+		data, err := Compress(merged, lvl)
+		if err != nil {
+			return nil, err
+		}
+		if Fits(decov1.KeyBin, len(data), o.Limit) {
+			return &Result{Format: decov1.FormatBin, Key: decov1.KeyBin, Data: data, RawBytes: len(merged), Level: lvl, Attempts: i + 1, Duration: time.Since(start)}, nil
+		}
+		if best < 0 || len(data) < best {
+			best = len(data)
+		}
+	}
+	return nil, &TooLargeError{RawBytes: len(merged), StoredBytes: best, Limit: o.Limit - len(decov1.KeyBin) - timestampReserve}
+}
+
+// Compress returns base64 (standard encoding) of the brotli form of data at lvl.
+func Compress(data []byte, lvl Level) (string, error) {
+	var b64 strings.Builder
+	b64.Grow(len(data) / 6)
+	enc := base64.NewEncoder(base64.StdEncoding, &b64)
+	w := brotli.NewWriterOptions(enc, brotli.WriterOptions{Quality: lvl.Quality, LGWin: lvl.LGWin})
+	if _, err := w.Write(data); err != nil {
+		return "", fmt.Errorf("brotli compress: %w", err)
+	}
+	if err := w.Close(); err != nil {
+		return "", fmt.Errorf("brotli compress: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return "", fmt.Errorf("base64 encode: %w", err)
+	}
+	return b64.String(), nil
+}
+
+// Decode returns the merged JSON held by a stored value of the given format, reading at most
+// limit bytes of JSON (so a hostile value cannot exhaust memory).
+func Decode(format decov1.Format, data string, limit int64) ([]byte, error) {
+	switch format {
+	case decov1.FormatJSON:
+		return []byte(data), nil
+	case decov1.FormatBin:
+		r := brotli.NewReader(base64.NewDecoder(base64.StdEncoding, strings.NewReader(data)))
+		out, err := io.ReadAll(io.LimitReader(r, limit+1))
+		if err != nil {
+			return nil, fmt.Errorf("decode decofile.bin: %w", err)
+		}
+		if int64(len(out)) > limit {
+			return nil, fmt.Errorf("decode decofile.bin: more than %d bytes of JSON", limit)
+		}
+		return out, nil
+	default:
+		return nil, fmt.Errorf("unknown format %q (want json or bin)", format)
+	}
+}
