@@ -66,8 +66,8 @@ func TestLoadRejectsBadInput(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "bad.json"), `[1,2]`)
 	writeFile(t, filepath.Join(dir, "bad.bin"), `not base64 brotli!!`)
 	cases := map[string]string{
-		fileURL(filepath.Join(dir, "bad.json")):    "not a JSON object",
-		fileURL(filepath.Join(dir, "bad.bin")):     "decode decofile.bin",
+		fileURL(filepath.Join(dir, "bad.json")):     "not a JSON object",
+		fileURL(filepath.Join(dir, "bad.bin")):      "decode decofile.bin",
 		fileURL(filepath.Join(dir, "missing.json")): "open decofile",
 		"ftp://example/x":                           "unsupported scheme",
 		"https://evil.example/key":                  "not in DECO_ALLOWED_AUTHORITIES",
