@@ -1,0 +1,413 @@
+package acl
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Config says how to reach the nodes.
+type Config struct {
+	// SentinelAddrs are the Sentinels' host:port addresses. Either these or URL is required.
+	SentinelAddrs []string
+	// MasterName is the name the Sentinels monitor the master under.
+	MasterName string
+	// SentinelUsername and SentinelPassword authenticate to the Sentinels, when they require it.
+	SentinelUsername, SentinelPassword string
+	// URL addresses a single node directly (development without Sentinel).
+	URL string
+	// Username and Password are the admin credentials used on every data node.
+	Username, Password string
+	// TLS, when not nil, is used for every connection.
+	TLS *tls.Config
+	// Timeout bounds each dial, read and write; default 3s.
+	Timeout time.Duration
+}
+
+// Role is a node's role at discovery time.
+type Role string
+
+// Node roles.
+const (
+	RoleMaster  Role = "master"
+	RoleReplica Role = "replica"
+)
+
+// Node is one data node.
+type Node struct {
+	Addr string
+	Role Role
+}
+
+// NodeError is the failure of one node.
+type NodeError struct {
+	Node Node
+	Err  error
+}
+
+func (e *NodeError) Error() string {
+	return fmt.Sprintf("%s %s: %v", e.Node.Role, e.Node.Addr, e.Err)
+}
+
+func (e *NodeError) Unwrap() error { return e.Err }
+
+// NodeResult is the outcome of a batch on one node.
+type NodeResult struct {
+	Node Node
+	// Missing lists the users the node did not have before the batch (Sync only).
+	Missing []string
+	// Err is the node's error: connection failure or the first failed command.
+	Err error
+}
+
+// Result is the outcome of a batch on every node.
+type Result struct {
+	Nodes []NodeResult
+	// DiscoveryErr is set when the node list could not be found; Nodes is then empty.
+	DiscoveryErr error
+}
+
+// Err joins every node's error (and the discovery error) into one, nil when all succeeded.
+func (r Result) Err() error {
+	errs := []error{r.DiscoveryErr}
+	for _, n := range r.Nodes {
+		if n.Err != nil {
+			errs = append(errs, &NodeError{Node: n.Node, Err: n.Err})
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// MissingUsers returns every user some node lacked, once each.
+func (r Result) MissingUsers() []string {
+	var out []string
+	for _, n := range r.Nodes {
+		for _, u := range n.Missing {
+			if !slices.Contains(out, u) {
+				out = append(out, u)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// NodeSet talks to every node of one master's replication group.
+type NodeSet struct {
+	cfg     Config
+	direct  *redis.Options
+	mu      sync.Mutex
+	clients map[string]*redis.Client
+}
+
+// New returns a NodeSet for cfg; it does not connect yet.
+func New(cfg Config) (*NodeSet, error) {
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 3 * time.Second
+	}
+	n := &NodeSet{cfg: cfg, clients: map[string]*redis.Client{}}
+	switch {
+	case cfg.URL != "":
+		o, err := redis.ParseURL(cfg.URL)
+		if err != nil {
+			return nil, fmt.Errorf("parse Valkey URL: %w", err)
+		}
+		if cfg.Username != "" {
+			o.Username = cfg.Username
+		}
+		if cfg.Password != "" {
+			o.Password = cfg.Password
+		}
+		if cfg.TLS != nil {
+			o.TLSConfig = cfg.TLS
+		}
+		n.direct = o
+	case len(cfg.SentinelAddrs) > 0:
+		if cfg.MasterName == "" {
+			return nil, errors.New("a Sentinel master name is required with Sentinel addresses")
+		}
+	default:
+		return nil, errors.New("no Valkey address: give Sentinel addresses or a direct URL")
+	}
+	return n, nil
+}
+
+// Close closes every cached connection.
+func (n *NodeSet) Close() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var errs []error
+	for addr, c := range n.clients {
+		errs = append(errs, c.Close())
+		delete(n.clients, addr)
+	}
+	return errors.Join(errs...)
+}
+
+// SentinelClient returns a client for one Sentinel, authenticated as configured.
+func (n *NodeSet) SentinelClient(addr string) *redis.SentinelClient {
+	return redis.NewSentinelClient(&redis.Options{
+		Addr: addr, Username: n.cfg.SentinelUsername, Password: n.cfg.SentinelPassword, TLSConfig: n.cfg.TLS,
+		DialTimeout: n.cfg.Timeout, ReadTimeout: n.cfg.Timeout, WriteTimeout: n.cfg.Timeout, MaxRetries: -1,
+	})
+}
+
+// Config returns the configuration the set was made with.
+func (n *NodeSet) Config() Config { return n.cfg }
+
+// Discover returns the current master and every replica Sentinel does not flag as down. It asks
+// prefer first (the Sentinel that just announced a change knows the newest configuration), then
+// the others in order.
+func (n *NodeSet) Discover(ctx context.Context, prefer string) ([]Node, error) {
+	if n.direct != nil {
+		return []Node{{Addr: n.direct.Addr, Role: RoleMaster}}, nil
+	}
+	order := slices.Clone(n.cfg.SentinelAddrs)
+	if i := slices.Index(order, prefer); i > 0 {
+		order[0], order[i] = order[i], order[0]
+	}
+	var errs []error
+	for _, addr := range order {
+		nodes, err := n.discoverFrom(ctx, addr)
+		if err == nil {
+			return nodes, nil
+		}
+		errs = append(errs, fmt.Errorf("sentinel %s: %w", addr, err))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, fmt.Errorf("find Valkey nodes through Sentinel (check --valkey-sentinel-addrs and --valkey-sentinel-master): %w", errors.Join(errs...))
+}
+
+func (n *NodeSet) discoverFrom(ctx context.Context, addr string) ([]Node, error) {
+	sc := n.SentinelClient(addr)
+	defer sc.Close()
+	m, err := sc.GetMasterAddrByName(ctx, n.cfg.MasterName).Result()
+	if err != nil {
+		return nil, fmt.Errorf("get master address of %q: %w", n.cfg.MasterName, err)
+	}
+	if len(m) != 2 {
+		return nil, fmt.Errorf("unexpected master address reply %v", m)
+	}
+	master := net.JoinHostPort(m[0], m[1])
+	nodes := []Node{{Addr: master, Role: RoleMaster}}
+	replicas, err := sc.Replicas(ctx, n.cfg.MasterName).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list replicas of %q: %w", n.cfg.MasterName, err)
+	}
+	for _, r := range replicas {
+		if ReplicaDown(r["flags"]) {
+			continue
+		}
+		a := net.JoinHostPort(r["ip"], r["port"])
+		if a == master || slices.ContainsFunc(nodes, func(x Node) bool { return x.Addr == a }) {
+			continue
+		}
+		nodes = append(nodes, Node{Addr: a, Role: RoleReplica})
+	}
+	return nodes, nil
+}
+
+// ReplicaDown reports whether Sentinel's flags mark a replica as unusable.
+func ReplicaDown(flags string) bool {
+	for _, f := range strings.Split(flags, ",") {
+		switch f {
+		case "s_down", "o_down", "disconnected":
+			return true
+		}
+	}
+	return false
+}
+
+func (n *NodeSet) client(addr string) *redis.Client {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if c, ok := n.clients[addr]; ok {
+		return c
+	}
+	var o redis.Options
+	if n.direct != nil && addr == n.direct.Addr {
+		o = *n.direct
+	} else {
+		o = redis.Options{Addr: addr, Username: n.cfg.Username, Password: n.cfg.Password, TLSConfig: n.cfg.TLS}
+	}
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = n.cfg.Timeout, n.cfg.Timeout, n.cfg.Timeout
+	// A node that is gone must fail fast: the caller retries the whole batch with fresh discovery.
+	o.MaxRetries = -1
+	o.PoolSize = 4
+	o.Protocol = 2
+	c := redis.NewClient(&o)
+	n.clients[addr] = c
+	return c
+}
+
+// Upsert creates or replaces users on every node.
+func (n *NodeSet) Upsert(ctx context.Context, users []User) Result {
+	return n.each(ctx, "", func(ctx context.Context, node Node) NodeResult { return n.UpsertNode(ctx, node, users) })
+}
+
+// Sync checks and re-applies users on every node (or only on the node at addr when addr is not
+// empty), reporting per node which users were missing before. prefer is the Sentinel asked first.
+func (n *NodeSet) Sync(ctx context.Context, prefer, addr string, users []User) Result {
+	return n.each(ctx, prefer, func(ctx context.Context, node Node) NodeResult {
+		if addr != "" && node.Addr != addr {
+			return NodeResult{Node: node}
+		}
+		return n.SyncNode(ctx, node, users)
+	})
+}
+
+// Delete removes users from every node; users that do not exist are not an error.
+func (n *NodeSet) Delete(ctx context.Context, names []string) Result {
+	return n.each(ctx, "", func(ctx context.Context, node Node) NodeResult {
+		cmds := make([][]any, len(names))
+		for i, name := range names {
+			cmds[i] = []any{"acl", "deluser", name}
+		}
+		_, err := n.pipeline(ctx, node.Addr, cmds)
+		return NodeResult{Node: node, Err: err}
+	})
+}
+
+// Check reports, per node, which users are missing or do not accept exactly their passwords.
+func (n *NodeSet) Check(ctx context.Context, users []User) Result {
+	return n.each(ctx, "", func(ctx context.Context, node Node) NodeResult {
+		cmds := make([][]any, len(users))
+		for i, u := range users {
+			cmds[i] = []any{"acl", "getuser", u.Name}
+		}
+		res, err := n.pipeline(ctx, node.Addr, cmds)
+		r := NodeResult{Node: node, Err: err}
+		if err == nil {
+			for i, u := range users {
+				if !userMatches(res[i], u) {
+					r.Missing = append(r.Missing, u.Name)
+				}
+			}
+		}
+		return r
+	})
+}
+
+// UpsertNode applies users on one node in one pipeline.
+func (n *NodeSet) UpsertNode(ctx context.Context, node Node, users []User) NodeResult {
+	cmds := make([][]any, len(users))
+	for i, u := range users {
+		cmds[i] = SetUserArgs(u)
+	}
+	_, err := n.pipeline(ctx, node.Addr, cmds)
+	return NodeResult{Node: node, Err: err}
+}
+
+// SyncNode reads and re-applies users on one node in a single pipeline: each ACL GETUSER runs
+// right before the user's ACL SETUSER, so Missing reports what the node had lost.
+func (n *NodeSet) SyncNode(ctx context.Context, node Node, users []User) NodeResult {
+	cmds := make([][]any, 0, 2*len(users))
+	for _, u := range users {
+		cmds = append(cmds, []any{"acl", "getuser", u.Name}, SetUserArgs(u))
+	}
+	res, err := n.pipeline(ctx, node.Addr, cmds)
+	r := NodeResult{Node: node, Err: err}
+	if res != nil {
+		for i, u := range users {
+			if res[2*i] != nil && res[2*i].Err() == redis.Nil {
+				r.Missing = append(r.Missing, u.Name)
+			}
+		}
+	}
+	return r
+}
+
+// PasswordHashes returns the SHA-256 digests of the passwords user accepts on the node at addr,
+// or nil when the user does not exist there.
+func (n *NodeSet) PasswordHashes(ctx context.Context, addr, user string) ([]string, error) {
+	res, err := n.pipeline(ctx, addr, [][]any{{"acl", "getuser", user}})
+	if err != nil {
+		return nil, err
+	}
+	return passwordsOf(res[0]), nil
+}
+
+func (n *NodeSet) each(ctx context.Context, prefer string, f func(context.Context, Node) NodeResult) Result {
+	nodes, err := n.Discover(ctx, prefer)
+	if err != nil {
+		return Result{DiscoveryErr: err}
+	}
+	out := make([]NodeResult, len(nodes))
+	var wg sync.WaitGroup
+	for i, node := range nodes {
+		wg.Go(func() { out[i] = f(ctx, node) })
+	}
+	wg.Wait()
+	return Result{Nodes: out}
+}
+
+// pipeline sends cmds to addr in one round trip. It returns every command's reply and the first
+// error that is not a missing-key reply.
+func (n *NodeSet) pipeline(ctx context.Context, addr string, cmds [][]any) ([]*redis.Cmd, error) {
+	if len(cmds) == 0 {
+		return nil, nil
+	}
+	pipe := n.client(addr).Pipeline()
+	out := make([]*redis.Cmd, len(cmds))
+	for i, c := range cmds {
+		out[i] = pipe.Do(ctx, c...)
+	}
+	_, err := pipe.Exec(ctx)
+	if err == nil || errors.Is(err, redis.Nil) {
+		return out, nil
+	}
+	for i, c := range out {
+		if e := c.Err(); e != nil && !errors.Is(e, redis.Nil) {
+			return out, fmt.Errorf("%s %s: %w", cmds[i][0], cmds[i][1], e)
+		}
+	}
+	return out, err
+}
+
+func userMatches(c *redis.Cmd, u User) bool {
+	if c == nil || c.Err() != nil {
+		return false
+	}
+	got := passwordsOf(c)
+	slices.Sort(got)
+	return slices.Equal(got, u.Hashes())
+}
+
+// passwordsOf extracts the "passwords" field of an ACL GETUSER reply (RESP2: a flat list).
+func passwordsOf(c *redis.Cmd) []string {
+	if c == nil || c.Err() != nil {
+		return nil
+	}
+	var fields []any
+	switch v := c.Val().(type) {
+	case []any:
+		fields = v
+	case map[any]any:
+		for k, val := range v {
+			fields = append(fields, k, val)
+		}
+	}
+	for i := 0; i+1 < len(fields); i += 2 {
+		if k, _ := fields[i].(string); k == "passwords" {
+			list, _ := fields[i+1].([]any)
+			out := make([]string, 0, len(list))
+			for _, p := range list {
+				if s, ok := p.(string); ok {
+					out = append(out, s)
+				}
+			}
+			return out
+		}
+	}
+	return []string{}
+}

@@ -1,0 +1,86 @@
+// Package acl manages tenant ACL users on every node of a Valkey/Redis deployment: the master
+// (found through Sentinel) and every replica Sentinel reports as up, because ACL commands are not
+// replicated. Commands are pipelined per node so thousands of tenants sync in a few round trips.
+package acl
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"slices"
+)
+
+// DeniedCommands are refused to tenants even though their categories are granted: they enumerate
+// or wipe the shared keyspace, or change or inspect the server. @dangerous and @admin are denied
+// as well; these are listed again so the rule stays safe if a server puts one in another category.
+var DeniedCommands = []string{
+	"flushall", "flushdb", "keys", "scan", "randomkey", "dbsize", "swapdb", "move",
+	"config", "debug", "monitor", "shutdown", "save", "bgsave", "bgrewriteaof",
+	"migrate", "restore", "sort", "sort_ro", "object", "dump",
+	"cluster", "module", "script", "function", "eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro",
+}
+
+// User is a tenant ACL user with the passwords that must be accepted.
+type User struct {
+	// Name is the ACL username.
+	Name string
+	// Password is the current password, given in clear.
+	Password string
+	// RetiredHashes are SHA-256 hex digests of earlier passwords that stay valid until the
+	// workloads using them are rolled.
+	RetiredHashes []string
+}
+
+// Hashes returns the SHA-256 hex digests of every password the user accepts, sorted.
+func (u User) Hashes() []string {
+	out := []string{HashPassword(u.Password)}
+	for _, h := range u.RetiredHashes {
+		if !slices.Contains(out, h) {
+			out = append(out, h)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// SetUserArgs returns the complete ACL SETUSER command for u. It starts with reset so the result
+// does not depend on what the node had before: the rule is declarative, and a resync never adds up
+// permissions from older versions of the rule.
+func SetUserArgs(u User) []any {
+	args := []any{"acl", "setuser", u.Name, "reset", "on", ">" + u.Password}
+	for _, h := range u.RetiredHashes {
+		if h != HashPassword(u.Password) {
+			args = append(args, "#"+h)
+		}
+	}
+	args = append(args,
+		"~"+u.Name+":*", "~lock:"+u.Name+":*", "resetchannels",
+		"-@all", "+@read", "+@write", "+@connection", "+@transaction", "+ping",
+		"-@dangerous", "-@admin", "-@pubsub", "-@scripting", "-@keyspace",
+		// @keyspace holds the generic per-key commands tenants need; grant them back one by one.
+		"+del", "+unlink", "+exists", "+expire", "+pexpire", "+expireat", "+pexpireat",
+		"+expiretime", "+pexpiretime", "+ttl", "+pttl", "+persist", "+type", "+touch",
+		"+rename", "+renamenx", "+copy", "+select",
+	)
+	for _, c := range DeniedCommands {
+		args = append(args, "-"+c)
+	}
+	return args
+}
+
+// HashPassword returns the SHA-256 hex digest Valkey stores for password.
+func HashPassword(password string) string {
+	sum := sha256.Sum256([]byte(password))
+	return hex.EncodeToString(sum[:])
+}
+
+// NewPassword returns 32 random bytes from crypto/rand, URL-safe base64 encoded without padding.
+func NewPassword() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("generate tenant password: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}

@@ -1,0 +1,81 @@
+package acl
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestSetUserArgsIsDeclarativeAndScoped(t *testing.T) {
+	u := User{Name: "loja", Password: "p1", RetiredHashes: []string{HashPassword("p0"), HashPassword("p1")}}
+	args := SetUserArgs(u)
+	s := make([]string, len(args))
+	for i, a := range args {
+		s[i] = a.(string)
+	}
+	if !slices.Equal(s[:6], []string{"acl", "setuser", "loja", "reset", "on", ">p1"}) {
+		t.Fatalf("rule must start with reset and the current password, got %v", s[:6])
+	}
+	if !slices.Contains(s, "#"+HashPassword("p0")) {
+		t.Errorf("retired password hash missing: %v", s)
+	}
+	if slices.Contains(s, "#"+HashPassword("p1")) {
+		t.Errorf("current password must not be repeated as a hash: %v", s)
+	}
+	for _, want := range []string{"~loja:*", "~lock:loja:*", "resetchannels", "-@dangerous", "-@admin", "-scan", "-keys", "-flushall"} {
+		if !slices.Contains(s, want) {
+			t.Errorf("rule lacks %q: %v", want, s)
+		}
+	}
+	for _, a := range s {
+		if len(a) > 0 && (a[0] == '~' || a[0] == '%') && a != "~loja:*" && a != "~lock:loja:*" {
+			t.Errorf("unexpected key pattern %q", a)
+		}
+		if a == "allkeys" || a == "allchannels" || a == "+@all" || a == "allcommands" {
+			t.Errorf("rule grants %q", a)
+		}
+	}
+}
+
+func TestHashesDeduplicatesAndSorts(t *testing.T) {
+	u := User{Name: "a", Password: "x", RetiredHashes: []string{HashPassword("x"), HashPassword("y")}}
+	h := u.Hashes()
+	if len(h) != 2 || !slices.IsSorted(h) {
+		t.Fatalf("Hashes() = %v", h)
+	}
+}
+
+func TestNewPasswordIsRandomURLSafe(t *testing.T) {
+	a, err := NewPassword()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := NewPassword()
+	if a == b || len(a) != 43 {
+		t.Fatalf("passwords %q %q", a, b)
+	}
+	for _, r := range a {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			t.Fatalf("password %q is not URL-safe", a)
+		}
+	}
+}
+
+func TestReplicaDown(t *testing.T) {
+	for flags, want := range map[string]bool{"slave": false, "s_down,slave": true, "slave,disconnected": true, "o_down,slave": true} {
+		if got := ReplicaDown(flags); got != want {
+			t.Errorf("ReplicaDown(%q) = %v", flags, got)
+		}
+	}
+}
+
+func TestNewNeedsAnAddress(t *testing.T) {
+	if _, err := New(Config{}); err == nil {
+		t.Fatal("New without addresses succeeded")
+	}
+	if _, err := New(Config{SentinelAddrs: []string{"127.0.0.1:1"}}); err == nil {
+		t.Fatal("New without master name succeeded")
+	}
+	if _, err := New(Config{URL: "::bad"}); err == nil {
+		t.Fatal("New with a bad URL succeeded")
+	}
+}
