@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	goflag "flag"
 	"fmt"
 	"os"
@@ -25,7 +26,7 @@ func main() {
 	fs.AddGoFlagSet(goFlags)
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(os.Args[1:]); err != nil {
-		if err == pflag.ErrHelp {
+		if errors.Is(err, pflag.ErrHelp) {
 			return
 		}
 		fmt.Fprintln(os.Stderr, err)

@@ -212,7 +212,7 @@ func StartSentinelSet(ctx context.Context, o SentinelSetOptions) (*SentinelSet, 
 				break
 			}
 			if time.Now().After(deadline) {
-				return fail(fmt.Errorf("sentinel %s sees %d other sentinels, want %d: %v", s.Addr, n, o.Sentinels-1, err))
+				return fail(fmt.Errorf("sentinel %s sees %d other sentinels, want %d: %w", s.Addr, n, o.Sentinels-1, err))
 			}
 			time.Sleep(100 * time.Millisecond)
 		}

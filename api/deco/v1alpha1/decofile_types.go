@@ -4,8 +4,8 @@ import (
 	"strconv"
 	"strings"
 
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -215,10 +215,6 @@ type DecofileList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []Decofile `json:"items"`
-}
-
-func init() {
-	SchemeBuilder.Register(&Decofile{}, &DecofileList{})
 }
 
 // DeploymentIDOrName is spec.deploymentId, or the Decofile's name when that is empty.
