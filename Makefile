@@ -31,7 +31,7 @@ generate:
 ## manifests: CRDs, RBAC and webhook manifests from the code markers
 manifests:
 	$(TOOLS) controller-gen crd paths=./api/... output:crd:artifacts:config=config/crd/bases
-	$(TOOLS) controller-gen rbac:roleName=siteops-manager paths=./internal/... output:rbac:artifacts:config=config/rbac
+	$(TOOLS) controller-gen rbac:roleName=manager-role paths=./internal/... output:rbac:artifacts:config=config/rbac
 
 ## check-manifests: fail when generated code or manifests are stale
 check-manifests: generate manifests
