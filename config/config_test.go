@@ -79,7 +79,6 @@ func TestRBACAccepted(t *testing.T) {
 	}
 }
 
-
 func toUnstructured(r *resource.Resource) (*unstructured.Unstructured, error) {
 	m, err := r.Map()
 	if err != nil {
