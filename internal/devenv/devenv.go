@@ -12,16 +12,19 @@ import (
 	"strconv"
 	"time"
 
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/siteops/siteops/internal/manager"
+	"github.com/siteops/siteops/internal/scheme"
 	"github.com/siteops/siteops/internal/servers"
 )
 
 // ReadyLine starts the one line printed once the environment is usable.
 const ReadyLine = "siteops dev: ready"
 
-// Options configures Up.
+// Options configures Start.
 type Options struct {
 	// KubeconfigPath is where the admin kubeconfig is written.
 	KubeconfigPath string
@@ -33,9 +36,43 @@ type Options struct {
 	Out io.Writer
 }
 
-// Up starts the local environment, reports readiness on Out, and blocks until ctx is done; then
-// it stops everything it started.
+// Env is a running local environment.
+type Env struct {
+	// Config is an admin REST config for the local API server.
+	Config *rest.Config
+	// Client is an admin client with the siteops scheme.
+	Client client.Client
+	// KubeconfigPath is the admin kubeconfig written for other tools.
+	KubeconfigPath string
+	// StateDir holds the servers' data and logs.
+	StateDir string
+
+	stops   []func() error
+	mgrDone chan error
+}
+
+// Up starts the environment, prints ReadyLine on Out, and blocks until ctx is done; then it
+// stops everything it started.
 func Up(ctx context.Context, o Options) (err error) {
+	env, err := Start(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, env.Stop()) }()
+	fmt.Fprintf(o.Out, "%s (kubeconfig: %s)\n", ReadyLine, o.KubeconfigPath)
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(o.Out, "siteops dev: stopping")
+		return nil
+	case err := <-env.mgrDone:
+		env.mgrDone <- err
+		return fmt.Errorf("manager stopped: %w", err)
+	}
+}
+
+// Start brings up the API server and the manager and returns once the manager's caches synced.
+// The caller must call Stop.
+func Start(ctx context.Context, o Options) (_ *Env, err error) {
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
@@ -43,45 +80,48 @@ func Up(ctx context.Context, o Options) (err error) {
 		o.StateDir = filepath.Dir(o.KubeconfigPath)
 	}
 	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
-		return fmt.Errorf("create state folder: %w", err)
+		return nil, fmt.Errorf("create state folder: %w", err)
 	}
-	var stops []func() error
+	env := &Env{KubeconfigPath: o.KubeconfigPath, StateDir: o.StateDir, mgrDone: make(chan error, 1)}
 	defer func() {
-		for i := len(stops) - 1; i >= 0; i-- {
-			err = errors.Join(err, stops[i]())
+		if err != nil {
+			err = errors.Join(err, env.Stop())
 		}
 	}()
 
 	fmt.Fprintln(o.Out, "siteops dev: starting kube-apiserver and etcd")
 	api, err := servers.StartAPIServer(servers.APIServerOptions{})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	stops = append(stops, api.Stop)
+	env.onStop(api.Stop)
+	env.Config = api.Config
+	if env.Client, err = client.New(api.Config, client.Options{Scheme: scheme.New()}); err != nil {
+		return nil, err
+	}
 	if err := os.WriteFile(o.KubeconfigPath, api.KubeConfig, 0o600); err != nil {
-		return fmt.Errorf("write kubeconfig: %w", err)
+		return nil, fmt.Errorf("write kubeconfig: %w", err)
 	}
-	stops = append(stops, func() error { return ignoreNotExist(os.Remove(o.KubeconfigPath)) })
+	env.onStop(func() error { return ignoreNotExist(os.Remove(o.KubeconfigPath)) })
 
 	mo := o.Manager
 	mo.LeaderElect = false
 	if mo.MetricsAddr, err = loopbackAddr(); err != nil {
-		return err
+		return nil, err
 	}
 	if mo.ProbeAddr, err = loopbackAddr(); err != nil {
-		return err
+		return nil, err
 	}
 	mgr, err := manager.New(api.Config, mo)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	mgrCtx, cancel := context.WithCancel(ctx)
-	mgrDone := make(chan error, 1)
-	go func() { mgrDone <- mgr.Start(mgrCtx) }()
-	stops = append(stops, func() error {
+	mgrCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	go func() { env.mgrDone <- mgr.Start(mgrCtx) }()
+	env.onStop(func() error {
 		cancel()
 		select {
-		case err := <-mgrDone:
+		case err := <-env.mgrDone:
 			return err
 		case <-time.After(30 * time.Second):
 			return errors.New("manager did not stop within 30s")
@@ -91,24 +131,28 @@ func Up(ctx context.Context, o Options) (err error) {
 	defer syncCancel()
 	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
 		select {
-		case err := <-mgrDone:
-			return fmt.Errorf("manager stopped during start-up: %w", err)
+		case err := <-env.mgrDone:
+			env.mgrDone <- err
+			return nil, fmt.Errorf("manager stopped during start-up: %w", err)
 		default:
-			return errors.New("manager caches did not sync within a minute")
+			return nil, errors.New("manager caches did not sync within a minute")
 		}
 	}
 	ctrl.Log.WithName("dev").Info("manager running", "controllers", mo.Controllers)
-	fmt.Fprintf(o.Out, "%s (kubeconfig: %s)\n", ReadyLine, o.KubeconfigPath)
-
-	select {
-	case <-ctx.Done():
-		fmt.Fprintln(o.Out, "siteops dev: stopping")
-		return nil
-	case err := <-mgrDone:
-		mgrDone <- err
-		return fmt.Errorf("manager stopped: %w", err)
-	}
+	return env, nil
 }
+
+// Stop ends everything Start started, newest first.
+func (e *Env) Stop() error {
+	var err error
+	for i := len(e.stops) - 1; i >= 0; i-- {
+		err = errors.Join(err, e.stops[i]())
+	}
+	e.stops = nil
+	return err
+}
+
+func (e *Env) onStop(f func() error) { e.stops = append(e.stops, f) }
 
 func loopbackAddr() (string, error) {
 	port, err := servers.FreePort("127.0.0.1")
