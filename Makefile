@@ -66,7 +66,7 @@ bench: test-deps test-tools
 
 ## demo: bring up the whole system locally and show each part working
 demo: test-deps test-tools build
-	hack/demo.sh
+	$(BIN)/siteops dev demo
 
 clean:
 	rm -rf $(BIN) .siteops

@@ -2,6 +2,7 @@ package cli
 
 import (
 	goflag "flag"
+	"io"
 	"os/signal"
 	"syscall"
 
@@ -9,13 +10,14 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/siteops/siteops/internal/demo"
 	"github.com/siteops/siteops/internal/devenv"
 	"github.com/siteops/siteops/internal/manager"
 )
 
 func newDevCommand() *cobra.Command {
 	dev := &cobra.Command{Use: "dev", Short: "Run siteops locally, without a cluster"}
-	dev.AddCommand(newDevUpCommand())
+	dev.AddCommand(newDevUpCommand(), newDevDemoCommand())
 	return dev
 }
 
@@ -39,6 +41,27 @@ func newDevUpCommand() *cobra.Command {
 	cmd.Flags().StringVar(&o.KubeconfigPath, "kubeconfig", o.KubeconfigPath, "where to write the admin kubeconfig")
 	cmd.Flags().StringVar(&o.StateDir, "state-dir", "", "folder for server data and logs (default: the kubeconfig's folder)")
 	cmd.Flags().StringSliceVar(&o.Manager.Controllers, "controllers", o.Manager.Controllers, "parts to run")
+	goFlags := goflag.NewFlagSet("log", goflag.ContinueOnError)
+	zapOpts.BindFlags(goFlags)
+	cmd.Flags().AddGoFlagSet(goFlags)
+	return cmd
+}
+
+func newDevDemoCommand() *cobra.Command {
+	o := devenv.Options{KubeconfigPath: ".siteops/demo/kubeconfig", Manager: manager.DefaultOptions()}
+	zapOpts := zap.Options{}
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Bring up the local environment and show every part working, then tear it down",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts), zap.WriteTo(io.Discard)))
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return demo.Run(ctx, o, demo.Steps(), cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().StringVar(&o.KubeconfigPath, "kubeconfig", o.KubeconfigPath, "where to write the admin kubeconfig while the demo runs")
 	goFlags := goflag.NewFlagSet("log", goflag.ContinueOnError)
 	zapOpts.BindFlags(goFlags)
 	cmd.Flags().AddGoFlagSet(goFlags)

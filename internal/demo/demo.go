@@ -1,0 +1,101 @@
+// Package demo walks through every siteops part against a local environment, checking each step
+// and ending with a summary table. `make demo` runs it through `siteops dev demo`.
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+
+	"github.com/siteops/siteops/internal/devenv"
+)
+
+// Step is one checked stage of the demo.
+type Step struct {
+	// Name says what the step shows.
+	Name string
+	// Run performs the step and returns a one-line result, or an error when its check fails.
+	Run func(ctx context.Context, env *devenv.Env, out io.Writer) (string, error)
+}
+
+// Steps lists the demo's stages in order.
+func Steps() []Step {
+	return []Step{
+		{Name: "control plane", Run: controlPlane},
+	}
+}
+
+type result struct {
+	name, detail string
+	took         time.Duration
+	err          error
+}
+
+// Run starts the local environment, runs steps in order, stops at the first failing one, prints a
+// summary table and stops the environment. The error names the failing step.
+func Run(ctx context.Context, o devenv.Options, steps []Step, out io.Writer) (err error) {
+	o.Out = out
+	env, err := devenv.Start(ctx, o)
+	if err != nil {
+		return fmt.Errorf("demo: start local environment: %w", err)
+	}
+	defer func() { err = errors.Join(err, env.Stop()) }()
+
+	var results []result
+	var failed error
+	for i, s := range steps {
+		fmt.Fprintf(out, "\n==> [%d/%d] %s\n", i+1, len(steps), s.Name)
+		start := time.Now()
+		detail, err := s.Run(ctx, env, out)
+		r := result{name: s.Name, detail: detail, took: time.Since(start).Round(10 * time.Millisecond), err: err}
+		results = append(results, r)
+		if err != nil {
+			fmt.Fprintf(out, "    FAILED: %v\n", err)
+			failed = fmt.Errorf("demo step %q failed: %w", s.Name, err)
+			break
+		}
+		fmt.Fprintf(out, "    ok: %s\n", detail)
+	}
+	fmt.Fprintln(out, "\nsummary:")
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STEP\tRESULT\tTIME\tDETAIL")
+	for _, r := range results {
+		status, detail := "ok", r.detail
+		if r.err != nil {
+			status, detail = "FAILED", r.err.Error()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.name, status, r.took, detail)
+	}
+	for _, s := range steps[len(results):] {
+		fmt.Fprintf(tw, "%s\t%s\t-\t\n", s.Name, "not run")
+	}
+	tw.Flush()
+	return failed
+}
+
+func controlPlane(ctx context.Context, env *devenv.Env, out io.Writer) (string, error) {
+	var crds apiextensionsv1.CustomResourceDefinitionList
+	if err := env.Client.List(ctx, &crds); err != nil {
+		return "", fmt.Errorf("list CRDs: %w", err)
+	}
+	for _, c := range crds.Items {
+		fmt.Fprintf(out, "    crd %s\n", c.Name)
+	}
+	var nss corev1.NamespaceList
+	if err := env.Client.List(ctx, &nss); err != nil {
+		return "", fmt.Errorf("list namespaces: %w", err)
+	}
+	for _, n := range nss.Items {
+		fmt.Fprintf(out, "    namespace %s\n", n.Name)
+	}
+	if len(crds.Items) == 0 {
+		return "", errors.New("no siteops CRDs installed")
+	}
+	return fmt.Sprintf("%d CRDs installed, %d namespaces, kubeconfig %s", len(crds.Items), len(nss.Items), env.KubeconfigPath), nil
+}
