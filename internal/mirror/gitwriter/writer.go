@@ -1,0 +1,718 @@
+// Package gitwriter commits mirrored objects into one branch of one git repository and pushes
+// them. One Writer serves one (repository, branch); every GitTarget writing there shares it.
+//
+// Changes are batched in a commit window, built straight into git objects on the last known
+// remote tip, and pushed compare-and-swap. When the remote moved, the writer fetches, rebuilds
+// the same pending writes on the new tip and pushes again, so both histories survive. Only
+// after a push succeeds are the watch cursors of the pushed events handed to the CursorRecorder:
+// a crash before that replays the events instead of losing them.
+package gitwriter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	"github.com/go-git/go-git/v5/storage/memory"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/siteops/siteops/internal/mirror/metrics"
+)
+
+// OpKind says what an Op does.
+type OpKind int
+
+// Op kinds.
+const (
+	// OpUpsert writes Change.Content to Change.Path.
+	OpUpsert OpKind = iota
+	// OpDelete removes Change.Path.
+	OpDelete
+	// OpMark carries only a cursor: an event that changes no file (skipped, bookmark).
+	OpMark
+	// OpSweep removes every file under SweepDir whose path is not in Keep (mark-and-sweep after a
+	// full replay).
+	OpSweep
+)
+
+// Signature is a git identity.
+type Signature struct {
+	Name  string
+	Email string
+}
+
+// Cursor names the watch position an Op was produced at.
+type Cursor struct {
+	// TargetUID is the GitTarget's UID.
+	TargetUID string
+	// GVR is the watched resource.
+	GVR schema.GroupVersionResource
+	// Namespace is the watched namespace; empty for the cluster scope.
+	Namespace string
+	// RV is the resourceVersion of the event; empty means the op moves no cursor.
+	RV string
+}
+
+// Change is one file write or removal.
+type Change struct {
+	// Path of the file in the repository.
+	Path string
+	// Content of the file; unused for deletes.
+	Content []byte
+	// Ref names the object in commit messages: <apiVersion>/<resource>/<namespace>/<name>.
+	Ref string
+	// Author made the change; nil means the committer. Per-event author resolution sets it.
+	Author *Signature
+	// Received is when the watch event arrived, for the event→pushed latency.
+	Received time.Time
+}
+
+// Op is one unit of work for the writer, applied in the order received.
+type Op struct {
+	Kind   OpKind
+	Change Change
+	// SweepDir, Keep and SweepRefPrefix describe an OpSweep: Keep holds full file paths; a
+	// removed file's commit line is SweepRefPrefix + its name.
+	SweepDir       string
+	Keep           map[string]struct{}
+	SweepRefPrefix string
+	// Cursor is recorded once this op is pushed.
+	Cursor Cursor
+}
+
+// CursorRecorder stores watch cursors durably (the Redis store).
+type CursorRecorder interface {
+	RecordWatchCursor(ctx context.Context, gitTargetUID string, gvr schema.GroupVersionResource, namespace, rv string) error
+}
+
+// Pushed describes one change that reached the remote, for observers.
+type Pushed struct {
+	Path     string
+	Cursor   Cursor
+	Received time.Time
+	PushedAt time.Time
+	Commit   plumbing.Hash
+}
+
+// Config configures a Writer.
+type Config struct {
+	// URL of the remote and Branch to write.
+	URL, Branch string
+	// Auth authenticates to the remote; nil for anonymous.
+	Auth transport.AuthMethod
+	// Committer is the identity of every commit, and the author when a change names none.
+	Committer Signature
+	// Window batches changes into one commit: a batch closes when no change arrived for
+	// min(Window, 1s), or Window after its first change, or at MaxBatch changes. 0 makes one
+	// commit per change.
+	Window time.Duration
+	// MaxBatch caps the changes of one batch; default 5000.
+	MaxBatch int
+	// PushAttempts bounds the rebuild-and-push rounds of one batch when the remote keeps
+	// moving; default 5. After that the batch stays pending and is retried later.
+	PushAttempts int
+	// RetryInterval is the first wait before retrying a failed batch; it doubles up to 1 minute.
+	RetryInterval time.Duration
+	// Cursors records the cursors of pushed ops; nil records nothing.
+	Cursors CursorRecorder
+	// OnPushed, when set, is called with every change of each successful push.
+	OnPushed func([]Pushed)
+}
+
+// Status is a snapshot of a Writer's state.
+type Status struct {
+	// LastPushedCommit and LastPushTime describe the last successful push.
+	LastPushedCommit string
+	LastPushTime     time.Time
+	// Pending counts ops not yet pushed.
+	Pending int
+	// LastError is the last clone, build or push failure, cleared by a successful push.
+	LastError error
+	// CursorError is the last cursor store failure, cleared by a successful cursor write.
+	CursorError error
+}
+
+// Writer commits and pushes Ops for one repository and branch. Run it with Run.
+type Writer struct {
+	cfg  Config
+	in   chan Op
+	name string
+
+	repo *git.Repository
+	tip  plumbing.Hash
+
+	mu     sync.Mutex
+	status Status
+	queued int
+	notify []func()
+}
+
+// New returns a Writer for cfg; it does nothing until Run.
+func New(cfg Config) *Writer {
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 5000
+	}
+	if cfg.PushAttempts <= 0 {
+		cfg.PushAttempts = 5
+	}
+	if cfg.RetryInterval <= 0 {
+		cfg.RetryInterval = time.Second
+	}
+	return &Writer{cfg: cfg, in: make(chan Op, 4096), name: cfg.URL + "#" + cfg.Branch}
+}
+
+// OnStatusChange registers fn to be called (without locks held) after each push or failure.
+func (w *Writer) OnStatusChange(fn func()) {
+	w.mu.Lock()
+	w.notify = append(w.notify, fn)
+	w.mu.Unlock()
+}
+
+// Enqueue hands op to the writer, blocking while its queue is full (back-pressure on the watch).
+func (w *Writer) Enqueue(ctx context.Context, op Op) error {
+	w.mu.Lock()
+	w.queued++
+	w.mu.Unlock()
+	select {
+	case w.in <- op:
+		return nil
+	case <-ctx.Done():
+		w.mu.Lock()
+		w.queued--
+		w.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+// Status returns a snapshot of the writer's state.
+func (w *Writer) Status() Status {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := w.status
+	s.Pending += w.queued
+	return s
+}
+
+func (w *Writer) setStatus(fn func(*Status)) {
+	w.mu.Lock()
+	fn(&w.status)
+	notify := append([]func(){}, w.notify...)
+	w.mu.Unlock()
+	for _, n := range notify {
+		n()
+	}
+}
+
+// Run clones the remote and processes ops until ctx ends; pending ops get a last push attempt.
+func (w *Writer) Run(ctx context.Context) error {
+	log := logf.FromContext(ctx).WithValues("remote", w.cfg.URL, "branch", w.cfg.Branch)
+	backoff := w.cfg.RetryInterval
+	for {
+		err := w.open(ctx)
+		if err == nil {
+			break
+		}
+		log.Error(err, "open the git remote; retrying", "in", backoff)
+		w.setStatus(func(s *Status) { s.LastError = err })
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Minute)
+	}
+	defer metrics.PendingWrites.DeleteLabelValues(w.name)
+
+	var pending []Op
+	var first, last time.Time
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	retryDelay := w.cfg.RetryInterval
+	retrying := false
+	quiet := min(w.cfg.Window, time.Second)
+
+	take := func(op Op) {
+		w.mu.Lock()
+		w.queued--
+		w.status.Pending++
+		w.mu.Unlock()
+		now := time.Now()
+		if len(pending) == 0 {
+			first = now
+		}
+		last = now
+		pending = append(pending, op)
+	}
+	flush := func(fctx context.Context) {
+		if len(pending) == 0 {
+			return
+		}
+		if err := w.flush(fctx, pending); err != nil {
+			log.Error(err, "push failed; changes stay pending", "pending", len(pending), "retryIn", retryDelay)
+			w.setStatus(func(s *Status) { s.LastError = err })
+			retrying = true
+			timer.Reset(retryDelay)
+			retryDelay = min(2*retryDelay, time.Minute)
+			return
+		}
+		pending = pending[:0]
+		retrying = false
+		retryDelay = w.cfg.RetryInterval
+		w.mu.Lock()
+		w.status.Pending = 0
+		w.mu.Unlock()
+	}
+	for {
+		metrics.PendingWrites.WithLabelValues(w.name).Set(float64(w.Status().Pending))
+		select {
+		case <-ctx.Done():
+			// Drain what the watches already handed over, then try once more to push it.
+			for {
+				select {
+				case op := <-w.in:
+					take(op)
+					continue
+				default:
+				}
+				break
+			}
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			flush(fctx)
+			cancel()
+			return nil
+		case op := <-w.in:
+			take(op)
+			// Take whatever else is already queued before deciding, so bursts batch well.
+		drain:
+			for len(pending) < w.cfg.MaxBatch {
+				select {
+				case op := <-w.in:
+					take(op)
+				default:
+					break drain
+				}
+			}
+			if retrying {
+				continue
+			}
+			if w.cfg.Window == 0 || len(pending) >= w.cfg.MaxBatch {
+				timer.Stop()
+				flush(ctx)
+				continue
+			}
+			deadline := last.Add(quiet)
+			if capAt := first.Add(w.cfg.Window); capAt.Before(deadline) {
+				deadline = capAt
+			}
+			timer.Reset(time.Until(deadline))
+		case <-timer.C:
+			flush(ctx)
+		}
+	}
+}
+
+// open clones the branch into memory, or starts an empty history when the branch does not exist.
+func (w *Writer) open(ctx context.Context) error {
+	repo, err := git.Init(memory.NewStorage(), nil)
+	if err != nil {
+		return fmt.Errorf("init in-memory repository: %w", err)
+	}
+	if _, err := repo.CreateRemote(&config.RemoteConfig{Name: "origin", URLs: []string{w.cfg.URL}}); err != nil {
+		return fmt.Errorf("configure remote: %w", err)
+	}
+	w.repo = repo
+	if _, err := w.fetch(ctx); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (w *Writer) remoteRef() plumbing.ReferenceName {
+	return plumbing.NewRemoteReferenceName("origin", w.cfg.Branch)
+}
+
+// fetch updates the remote-tracking branch and returns whether the remote tip differs from
+// the writer's tip. A missing branch leaves the tip empty.
+func (w *Writer) fetch(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	spec := config.RefSpec(fmt.Sprintf("+refs/heads/%s:%s", w.cfg.Branch, w.remoteRef()))
+	err := w.repo.FetchContext(ctx, &git.FetchOptions{RemoteName: "origin", RefSpecs: []config.RefSpec{spec}, Auth: w.cfg.Auth, Force: true})
+	switch {
+	case err == nil, errors.Is(err, git.NoErrAlreadyUpToDate):
+	case errors.Is(err, transport.ErrEmptyRemoteRepository), isMissingRef(err):
+		moved := !w.tip.IsZero()
+		w.tip = plumbing.ZeroHash
+		return moved, nil
+	default:
+		return false, fmt.Errorf("fetch %s from %s: %w", w.cfg.Branch, w.cfg.URL, err)
+	}
+	ref, err := w.repo.Reference(w.remoteRef(), true)
+	if err != nil {
+		return false, fmt.Errorf("read fetched branch %s: %w", w.cfg.Branch, err)
+	}
+	moved := ref.Hash() != w.tip
+	w.tip = ref.Hash()
+	return moved, nil
+}
+
+func isMissingRef(err error) bool {
+	var nm git.NoMatchingRefSpecError
+	return errors.As(err, &nm) || strings.Contains(err.Error(), "couldn't find remote ref")
+}
+
+// flush commits ops on the current tip and pushes, rebuilding on a moved remote.
+func (w *Writer) flush(ctx context.Context, ops []Op) error {
+	log := logf.FromContext(ctx)
+	var lastErr error
+	for attempt := 0; attempt < w.cfg.PushAttempts; attempt++ {
+		base := w.tip
+		newTip, applied, err := w.build(base, ops)
+		if err != nil {
+			return err
+		}
+		if newTip == base {
+			w.recordCursors(ctx, ops)
+			return nil
+		}
+		err = w.push(ctx, base, newTip)
+		if err == nil {
+			now := time.Now()
+			w.tip = newTip
+			metrics.Pushes.WithLabelValues("success").Inc()
+			w.setStatus(func(s *Status) {
+				s.LastPushedCommit, s.LastPushTime, s.LastError = newTip.String(), now, nil
+			})
+			pushed := make([]Pushed, 0, len(applied))
+			for _, a := range applied {
+				for _, op := range a.ops {
+					if !op.Change.Received.IsZero() {
+						metrics.PushLatency.Observe(now.Sub(op.Change.Received).Seconds())
+					}
+					pushed = append(pushed, Pushed{Path: a.path, Cursor: op.Cursor, Received: op.Change.Received, PushedAt: now, Commit: newTip})
+				}
+			}
+			w.recordCursors(ctx, ops)
+			if w.cfg.OnPushed != nil {
+				w.cfg.OnPushed(pushed)
+			}
+			return nil
+		}
+		lastErr = err
+		moved, ferr := w.fetch(ctx)
+		if ferr != nil {
+			metrics.Pushes.WithLabelValues("error").Inc()
+			return fmt.Errorf("%w; then %w", err, ferr)
+		}
+		if !moved {
+			metrics.Pushes.WithLabelValues("error").Inc()
+			return err
+		}
+		metrics.Pushes.WithLabelValues("rejected").Inc()
+		log.Info("remote moved; rebuilding pending writes on the new tip", "attempt", attempt+1, "tip", w.tip.String())
+	}
+	return fmt.Errorf("the remote kept moving during %d push attempts: %w", w.cfg.PushAttempts, lastErr)
+}
+
+// push updates the remote branch from base to newTip and fails if the remote is not at base.
+func (w *Writer) push(ctx context.Context, base, newTip plumbing.Hash) error {
+	local := plumbing.NewBranchReferenceName(w.cfg.Branch)
+	if err := w.repo.Storer.SetReference(plumbing.NewHashReference(local, newTip)); err != nil {
+		return fmt.Errorf("set local branch: %w", err)
+	}
+	opts := &git.PushOptions{
+		RemoteName: "origin",
+		RefSpecs:   []config.RefSpec{config.RefSpec(fmt.Sprintf("%s:%s", local, local))},
+		Auth:       w.cfg.Auth,
+	}
+	if !base.IsZero() {
+		opts.RequireRemoteRefs = []config.RefSpec{config.RefSpec(fmt.Sprintf("%s:%s", base, local))}
+	}
+	pctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := w.repo.PushContext(pctx, opts); err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+		return fmt.Errorf("push %s to %s: %w", w.cfg.Branch, w.cfg.URL, err)
+	}
+	return nil
+}
+
+func (w *Writer) recordCursors(ctx context.Context, ops []Op) {
+	if w.cfg.Cursors == nil {
+		return
+	}
+	type key struct {
+		uid string
+		gvr schema.GroupVersionResource
+		ns  string
+	}
+	latest := map[key]string{}
+	var order []key
+	for _, op := range ops {
+		c := op.Cursor
+		if c.RV == "" || c.TargetUID == "" {
+			continue
+		}
+		k := key{c.TargetUID, c.GVR, c.Namespace}
+		if _, ok := latest[k]; !ok {
+			order = append(order, k)
+		}
+		latest[k] = c.RV
+	}
+	var cerr error
+	for _, k := range order {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		err := w.cfg.Cursors.RecordWatchCursor(rctx, k.uid, k.gvr, k.ns, latest[k])
+		cancel()
+		if err != nil {
+			metrics.CursorWrites.WithLabelValues("error").Inc()
+			cerr = err
+			// One failure says the store is down; do not wait out a timeout per shard.
+			break
+		}
+		metrics.CursorWrites.WithLabelValues("success").Inc()
+	}
+	if len(order) > 0 {
+		w.setStatus(func(s *Status) { s.CursorError = cerr })
+	}
+}
+
+type appliedChange struct {
+	ops  []*Op
+	path string
+	verb string
+	ref  string
+}
+
+// groupChanges tracks, for one commit, each touched path's state before the commit, so several
+// ops on one path collapse into the one change the commit really makes.
+type groupChanges struct {
+	ix      *treeIndex
+	order   []string
+	touched map[string]*touchedPath
+}
+
+type touchedPath struct {
+	baseHash   plumbing.Hash
+	baseExists bool
+	ops        []*Op
+	ref        string
+}
+
+func (g *groupChanges) touch(p, ref string, op *Op) error {
+	t := g.touched[p]
+	if t == nil {
+		h, ok, err := g.ix.get(p)
+		if err != nil {
+			return err
+		}
+		t = &touchedPath{baseHash: h, baseExists: ok}
+		g.touched[p] = t
+		g.order = append(g.order, p)
+	}
+	t.ops = append(t.ops, op)
+	t.ref = ref
+	return nil
+}
+
+// result lists the net changes of the group in the order paths were first touched.
+func (g *groupChanges) result() ([]appliedChange, error) {
+	var out []appliedChange
+	for _, p := range g.order {
+		t := g.touched[p]
+		h, ok, err := g.ix.get(p)
+		if err != nil {
+			return nil, err
+		}
+		var verb string
+		switch {
+		case !t.baseExists && ok:
+			verb = "CREATE"
+		case t.baseExists && !ok:
+			verb = "DELETE"
+		case t.baseExists && ok && h != t.baseHash:
+			verb = "UPDATE"
+		default:
+			continue
+		}
+		out = append(out, appliedChange{ops: t.ops, path: p, verb: verb, ref: t.ref})
+	}
+	return out, nil
+}
+
+// build writes the commits for ops on top of base and returns the new tip (base when nothing
+// changed) and the changes that made it into a commit.
+func (w *Writer) build(base plumbing.Hash, ops []Op) (plumbing.Hash, []appliedChange, error) {
+	s := w.repo.Storer
+	var rootTree plumbing.Hash
+	if !base.IsZero() {
+		c, err := object.GetCommit(s, base)
+		if err != nil {
+			return base, nil, fmt.Errorf("read tip commit %s: %w", base, err)
+		}
+		rootTree = c.TreeHash
+	}
+	ix := newTreeIndex(s, rootTree)
+	parent := base
+	parentTree := rootTree
+	var all []appliedChange
+	for _, group := range w.groups(ops) {
+		g := &groupChanges{ix: ix, touched: map[string]*touchedPath{}}
+		for i := range group {
+			if err := w.apply(g, &group[i]); err != nil {
+				return base, nil, err
+			}
+		}
+		applied, err := g.result()
+		if err != nil {
+			return base, nil, err
+		}
+		if len(applied) == 0 {
+			continue
+		}
+		tree, err := ix.write()
+		if err != nil {
+			return base, nil, err
+		}
+		if tree == parentTree {
+			continue
+		}
+		author := authorOf(*applied[0].ops[0], w.cfg.Committer)
+		now := time.Now()
+		commit := &object.Commit{
+			Author:    object.Signature{Name: author.Name, Email: author.Email, When: now},
+			Committer: object.Signature{Name: w.cfg.Committer.Name, Email: w.cfg.Committer.Email, When: now},
+			Message:   message(applied),
+			TreeHash:  tree,
+		}
+		if !parent.IsZero() {
+			commit.ParentHashes = []plumbing.Hash{parent}
+		}
+		obj := s.NewEncodedObject()
+		if err := commit.Encode(obj); err != nil {
+			return base, nil, fmt.Errorf("encode commit: %w", err)
+		}
+		h, err := s.SetEncodedObject(obj)
+		if err != nil {
+			return base, nil, fmt.Errorf("store commit: %w", err)
+		}
+		metrics.Commits.Inc()
+		parent, parentTree = h, tree
+		all = append(all, applied...)
+	}
+	return parent, all, nil
+}
+
+// groups splits ops into the commits they make: one per change when the window is 0, else one
+// per run of consecutive changes by the same author (so per-event authors keep their order).
+func (w *Writer) groups(ops []Op) [][]Op {
+	var out [][]Op
+	start := 0
+	for i := 1; i <= len(ops); i++ {
+		if i < len(ops) && !w.splitBefore(ops[i-1], ops[i]) {
+			continue
+		}
+		out = append(out, ops[start:i])
+		start = i
+	}
+	return out
+}
+
+func (w *Writer) splitBefore(prev, next Op) bool {
+	if next.Kind == OpMark {
+		return false
+	}
+	if w.cfg.Window == 0 {
+		return true
+	}
+	return authorOf(prev, w.cfg.Committer) != authorOf(next, w.cfg.Committer)
+}
+
+func authorOf(op Op, committer Signature) Signature {
+	if op.Change.Author != nil {
+		return *op.Change.Author
+	}
+	return committer
+}
+
+func (w *Writer) apply(g *groupChanges, op *Op) error {
+	ix := g.ix
+	switch op.Kind {
+	case OpUpsert:
+		if err := g.touch(op.Change.Path, op.Change.Ref, op); err != nil {
+			return err
+		}
+		h := plumbing.ComputeHash(plumbing.BlobObject, op.Change.Content)
+		if old, exists, err := ix.get(op.Change.Path); err != nil || (exists && old == h) {
+			return err
+		}
+		obj := w.repo.Storer.NewEncodedObject()
+		obj.SetType(plumbing.BlobObject)
+		wr, err := obj.Writer()
+		if err != nil {
+			return fmt.Errorf("write blob: %w", err)
+		}
+		if _, err := wr.Write(op.Change.Content); err != nil {
+			return fmt.Errorf("write blob: %w", err)
+		}
+		_ = wr.Close()
+		if _, err := w.repo.Storer.SetEncodedObject(obj); err != nil {
+			return fmt.Errorf("store blob: %w", err)
+		}
+		return ix.set(op.Change.Path, h)
+	case OpDelete:
+		if err := g.touch(op.Change.Path, op.Change.Ref, op); err != nil {
+			return err
+		}
+		_, err := ix.remove(op.Change.Path)
+		return err
+	case OpSweep:
+		files, err := ix.files(op.SweepDir)
+		if err != nil {
+			return err
+		}
+		for _, f := range files {
+			if _, keep := op.Keep[f]; keep {
+				continue
+			}
+			name := strings.TrimSuffix(f[strings.LastIndex(f, "/")+1:], ".yaml")
+			if err := g.touch(f, op.SweepRefPrefix+name, op); err != nil {
+				return err
+			}
+			if _, err := ix.remove(f); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// message is "[VERB] ref" for one change, and a summary with one line per change for a batch.
+func message(applied []appliedChange) string {
+	if len(applied) == 1 {
+		return fmt.Sprintf("[%s] %s\n", applied[0].verb, applied[0].ref)
+	}
+	counts := map[string]int{}
+	lines := make([]string, 0, len(applied))
+	for _, a := range applied {
+		counts[a.verb]++
+		lines = append(lines, fmt.Sprintf("[%s] %s", a.verb, a.ref))
+	}
+	var parts []string
+	for _, v := range []string{"CREATE", "UPDATE", "DELETE"} {
+		if counts[v] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", counts[v], strings.ToLower(v)))
+		}
+	}
+	sort.Strings(lines)
+	return fmt.Sprintf("[BATCH] %d changes (%s)\n\n%s\n", len(applied), strings.Join(parts, ", "), strings.Join(lines, "\n"))
+}

@@ -1,0 +1,239 @@
+package gitwriter
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/siteops/siteops/internal/servers"
+	"github.com/siteops/siteops/internal/testenv"
+)
+
+func gitOut(t testing.TB, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GIT_AUTHOR_NAME=Someone", "GIT_AUTHOR_EMAIL=someone@example.com", "GIT_COMMITTER_NAME=Someone", "GIT_COMMITTER_EMAIL=someone@example.com")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+type recorder struct {
+	mu   sync.Mutex
+	rv   map[string]string
+	fail bool
+}
+
+func (r *recorder) RecordWatchCursor(_ context.Context, uid string, gvr schema.GroupVersionResource, ns, rv string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fail {
+		return fmt.Errorf("store down")
+	}
+	if r.rv == nil {
+		r.rv = map[string]string{}
+	}
+	r.rv[uid+"/"+gvr.Resource+"/"+ns] = rv
+	return nil
+}
+
+func (r *recorder) get(k string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.rv[k]
+}
+
+var cmGVR = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+
+func upsert(path, content, rv string) Op {
+	return Op{Kind: OpUpsert, Change: Change{Path: path, Content: []byte(content), Ref: "v1/configmaps/ns/" + strings.TrimSuffix(filepath.Base(path), ".yaml"), Received: time.Now()},
+		Cursor: Cursor{TargetUID: "t", GVR: cmGVR, Namespace: "ns", RV: rv}}
+}
+
+func startWriter(t *testing.T, cfg Config) (*Writer, context.CancelFunc) {
+	t.Helper()
+	w := New(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = w.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return w, cancel
+}
+
+func waitCommits(t *testing.T, bare string, n int) {
+	t.Helper()
+	testenv.Eventually(t, 15*time.Second, func() error {
+		cmd := exec.Command("git", "--git-dir", bare, "rev-list", "--count", "main")
+		out, err := cmd.Output()
+		if err != nil {
+			return fmt.Errorf("rev-list: %v", err)
+		}
+		if got := strings.TrimSpace(string(out)); got != fmt.Sprint(n) {
+			return fmt.Errorf("%s commits, want %d", got, n)
+		}
+		return nil
+	})
+}
+
+func TestWriterBatchesDedupsDeletesAndRecordsCursorsAfterPush(t *testing.T) {
+	remote := testenv.GitRemote(t, servers.GitRemoteOptions{Username: "u", Password: "p"})
+	url, err := remote.CreateRepo("batch", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare := remote.RepoDir("batch")
+	auth, _ := Credentials(url, map[string][]byte{"username": []byte("u"), "password": []byte("p")})
+	rec := &recorder{}
+	var pushedMu sync.Mutex
+	var pushed []Pushed
+	w, _ := startWriter(t, Config{URL: url, Branch: "main", Auth: auth, Committer: Signature{"Mirror", "mirror@example.com"},
+		Window: 200 * time.Millisecond, Cursors: rec, OnPushed: func(p []Pushed) { pushedMu.Lock(); pushed = append(pushed, p...); pushedMu.Unlock() }})
+	ctx := context.Background()
+
+	for i, op := range []Op{upsert("m/ns/core/configmaps/a.yaml", "a: 1\n", "10"), upsert("m/ns/core/configmaps/b.yaml", "b: 1\n", "11"), upsert("m/ns/core/configmaps/a.yaml", "a: 2\n", "12")} {
+		if err := w.Enqueue(ctx, op); err != nil {
+			t.Fatal(i, err)
+		}
+	}
+	waitCommits(t, bare, 1)
+	if got := gitOut(t, "", "--git-dir", bare, "show", "main:m/ns/core/configmaps/a.yaml"); got != "a: 2" {
+		t.Fatalf("a.yaml = %q", got)
+	}
+	msg := gitOut(t, "", "--git-dir", bare, "log", "-1", "--format=%an <%ae>|%cn|%B", "main")
+	if !strings.HasPrefix(msg, "Mirror <mirror@example.com>|Mirror|[BATCH] 2 changes (2 create)") || !strings.Contains(msg, "[CREATE] v1/configmaps/ns/a") {
+		t.Fatalf("commit = %q", msg)
+	}
+	testenv.Eventually(t, 5*time.Second, func() error {
+		if rec.get("t/configmaps/ns") != "12" {
+			return fmt.Errorf("cursor = %q", rec.get("t/configmaps/ns"))
+		}
+		return nil
+	})
+
+	// Unchanged content and a cursor-only mark push nothing but move the cursor.
+	_ = w.Enqueue(ctx, upsert("m/ns/core/configmaps/a.yaml", "a: 2\n", "13"))
+	_ = w.Enqueue(ctx, Op{Kind: OpMark, Cursor: Cursor{TargetUID: "t", GVR: cmGVR, Namespace: "ns", RV: "14"}})
+	testenv.Eventually(t, 5*time.Second, func() error {
+		if rec.get("t/configmaps/ns") != "14" {
+			return fmt.Errorf("cursor = %q", rec.get("t/configmaps/ns"))
+		}
+		return nil
+	})
+	waitCommits(t, bare, 1)
+
+	// A failing push keeps the changes pending and the cursor where it was.
+	gitOut(t, bare, "config", "http.receivepack", "false")
+	_ = w.Enqueue(ctx, Op{Kind: OpDelete, Change: Change{Path: "m/ns/core/configmaps/b.yaml", Ref: "v1/configmaps/ns/b", Received: time.Now()}, Cursor: Cursor{TargetUID: "t", GVR: cmGVR, Namespace: "ns", RV: "15"}})
+	testenv.Eventually(t, 5*time.Second, func() error {
+		if w.Status().LastError == nil {
+			return fmt.Errorf("no error reported")
+		}
+		return nil
+	})
+	if st := w.Status(); st.Pending != 1 || rec.get("t/configmaps/ns") != "14" {
+		t.Fatalf("while the push fails: pending %d, cursor %q", st.Pending, rec.get("t/configmaps/ns"))
+	}
+	gitOut(t, bare, "config", "http.receivepack", "true")
+	waitCommits(t, bare, 2)
+	if msg := gitOut(t, "", "--git-dir", bare, "log", "-1", "--format=%B", "main"); msg != "[DELETE] v1/configmaps/ns/b" {
+		t.Fatalf("delete commit = %q", msg)
+	}
+	if files := gitOut(t, "", "--git-dir", bare, "ls-tree", "-r", "--name-only", "main"); files != "m/ns/core/configmaps/a.yaml" {
+		t.Fatalf("files = %q", files)
+	}
+	testenv.Eventually(t, 5*time.Second, func() error {
+		if rec.get("t/configmaps/ns") != "15" || w.Status().LastError != nil || w.Status().Pending != 0 {
+			return fmt.Errorf("cursor %q status %+v", rec.get("t/configmaps/ns"), w.Status())
+		}
+		return nil
+	})
+	pushedMu.Lock()
+	defer pushedMu.Unlock()
+	// Every event that reached the remote is observed: a twice, b, and b's delete.
+	if len(pushed) != 4 {
+		t.Fatalf("observed %d pushed events, want 4", len(pushed))
+	}
+}
+
+func TestWriterOneCommitPerChangeSweepAndAuthors(t *testing.T) {
+	remote := testenv.GitRemote(t, servers.GitRemoteOptions{})
+	url, _ := remote.CreateRepo("single", "main")
+	bare := remote.RepoDir("single")
+	w, _ := startWriter(t, Config{URL: url, Branch: "main", Committer: Signature{"Mirror", "mirror@example.com"}, Window: 0})
+	ctx := context.Background()
+	alice := upsert("ns/core/configmaps/a.yaml", "a\n", "1")
+	alice.Change.Author = &Signature{"Alice", "alice@example.com"}
+	_ = w.Enqueue(ctx, alice)
+	_ = w.Enqueue(ctx, upsert("ns/core/configmaps/b.yaml", "b\n", "2"))
+	_ = w.Enqueue(ctx, upsert("ns/core/configmaps/c.yaml", "c\n", "3"))
+	waitCommits(t, bare, 3)
+	log := gitOut(t, "", "--git-dir", bare, "log", "--reverse", "--format=%an|%s", "main")
+	if log != "Alice|[CREATE] v1/configmaps/ns/a\nMirror|[CREATE] v1/configmaps/ns/b\nMirror|[CREATE] v1/configmaps/ns/c" {
+		t.Fatalf("log:\n%s", log)
+	}
+	_ = w.Enqueue(ctx, Op{Kind: OpSweep, SweepDir: "ns/core/configmaps", Keep: map[string]struct{}{"ns/core/configmaps/b.yaml": {}}, SweepRefPrefix: "v1/configmaps/ns/"})
+	waitCommits(t, bare, 4)
+	if files := gitOut(t, "", "--git-dir", bare, "ls-tree", "-r", "--name-only", "main"); files != "ns/core/configmaps/b.yaml" {
+		t.Fatalf("after sweep: %q", files)
+	}
+	if msg := gitOut(t, "", "--git-dir", bare, "log", "-1", "--format=%B", "main"); !strings.Contains(msg, "[BATCH] 2 changes (2 delete)") {
+		t.Fatalf("sweep commit = %q", msg)
+	}
+}
+
+func TestWriterRebuildsOnMovedRemote(t *testing.T) {
+	remote := testenv.GitRemote(t, servers.GitRemoteOptions{})
+	url, _ := remote.CreateRepo("moved", "main")
+	bare := remote.RepoDir("moved")
+	w, _ := startWriter(t, Config{URL: url, Branch: "main", Committer: Signature{"Mirror", "mirror@example.com"}, Window: 50 * time.Millisecond})
+	ctx := context.Background()
+	_ = w.Enqueue(ctx, upsert("ns/core/configmaps/a.yaml", "a\n", "1"))
+	waitCommits(t, bare, 1)
+
+	// Someone else pushes to the branch.
+	clone := t.TempDir()
+	gitOut(t, "", "clone", "-q", url, clone)
+	if err := os.WriteFile(filepath.Join(clone, "README.md"), []byte("hand written\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gitOut(t, clone, "add", "README.md")
+	gitOut(t, clone, "commit", "-q", "-m", "docs: readme")
+	gitOut(t, clone, "push", "-q", "origin", "main")
+	theirs := gitOut(t, clone, "rev-parse", "HEAD")
+
+	_ = w.Enqueue(ctx, upsert("ns/core/configmaps/b.yaml", "b\n", "2"))
+	waitCommits(t, bare, 3)
+	if got := gitOut(t, "", "--git-dir", bare, "log", "--format=%s", "main"); got != "[CREATE] v1/configmaps/ns/b\ndocs: readme\n[CREATE] v1/configmaps/ns/a" {
+		t.Fatalf("history:\n%s", got)
+	}
+	gitOut(t, "", "--git-dir", bare, "merge-base", "--is-ancestor", theirs, "main")
+	if files := gitOut(t, "", "--git-dir", bare, "ls-tree", "-r", "--name-only", "main"); files != "README.md\nns/core/configmaps/a.yaml\nns/core/configmaps/b.yaml" {
+		t.Fatalf("files:\n%s", files)
+	}
+}
+
+func TestCredentials(t *testing.T) {
+	if a, err := Credentials("https://git.example/r.git", nil); err != nil || a != nil {
+		t.Fatalf("anonymous: %v %v", a, err)
+	}
+	if a, _ := Credentials("https://git.example/r.git", map[string][]byte{"bearerToken": []byte("tok\n")}); a == nil || a.Name() != "http-token-auth" {
+		t.Fatalf("bearer: %v", a)
+	}
+	if _, err := Credentials("git@git.example:r.git", map[string][]byte{"identity": []byte("key")}); err == nil || !strings.Contains(err.Error(), "known_hosts") {
+		t.Fatalf("ssh without known_hosts: %v", err)
+	}
+	if _, err := Credentials("ssh://git@git.example/r.git", map[string][]byte{"known_hosts": []byte("x")}); err == nil {
+		t.Fatal("ssh without a key accepted")
+	}
+}
