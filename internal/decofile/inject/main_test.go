@@ -1,0 +1,194 @@
+package inject_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/siteops/siteops/internal/decofile/inject"
+	"github.com/siteops/siteops/internal/servers"
+	"github.com/siteops/siteops/internal/testenv"
+)
+
+// knativeServing is the Knative Serving release whose Service CRD the tests install.
+const knativeServing = "knative.dev/serving@v0.51.0"
+
+// testS3 is the S3 configuration of the webhook under test.
+var testS3 = inject.S3Config{PublicHost: "decofiles.example.test", Prefix: "sites"}
+
+var webhookPort int
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	opts := servers.APIServerOptions{}
+	if !testing.Short() {
+		crd, err := knativeServiceCRD()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		if webhookPort, err = servers.FreePort("127.0.0.1"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		mwc, vwc := inject.WebhookConfigurations(inject.URLClientConfig("https://127.0.0.1:"+strconv.Itoa(webhookPort), nil))
+		opts.ExtraCRDPaths = []string{crd}
+		opts.Webhooks = envtest.WebhookInstallOptions{
+			LocalServingHost:   "127.0.0.1",
+			LocalServingPort:   webhookPort,
+			MutatingWebhooks:   []*admissionregistrationv1.MutatingWebhookConfiguration{mwc},
+			ValidatingWebhooks: []*admissionregistrationv1.ValidatingWebhookConfiguration{vwc},
+		}
+	}
+	testenv.Main(m, opts)
+}
+
+// knativeServiceCRD fetches the Knative Serving module into the module cache and returns the
+// path of its Service CRD, so the tests run against the real schema without a committed copy.
+func knativeServiceCRD() (string, error) {
+	dir, err := os.MkdirTemp("", "knative-download-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	cmd := exec.Command("go", "mod", "download", "-json", knativeServing)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("go mod download %s: %w: %s", knativeServing, err, stderr.String())
+	}
+	var mod struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &mod); err != nil {
+		return "", fmt.Errorf("parse go mod download output: %w", err)
+	}
+	if mod.Error != "" || mod.Dir == "" {
+		return "", fmt.Errorf("go mod download %s: %s", knativeServing, mod.Error)
+	}
+	return filepath.Join(mod.Dir, "config", "core", "300-resources", "service.yaml"), nil
+}
+
+var (
+	webhookOnce sync.Once
+	webhookErr  error
+)
+
+// cluster returns the shared API server with the webhook server running in this process.
+func cluster(t *testing.T) *testenv.Cluster {
+	t.Helper()
+	c := testenv.APIServer(t)
+	webhookOnce.Do(func() { webhookErr = startWebhookServer(c) })
+	if webhookErr != nil {
+		t.Fatalf("start webhook server: %v", webhookErr)
+	}
+	return c
+}
+
+func startWebhookServer(c *testenv.Cluster) error {
+	wio := c.Env.WebhookInstallOptions
+	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
+		Scheme:                 c.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir,
+		}),
+	})
+	if err != nil {
+		return err
+	}
+	if err := inject.Setup(mgr, inject.Options{S3: testS3}); err != nil {
+		return err
+	}
+	// The manager lives as long as the test binary; the API server stops first at exit.
+	go func() { _ = mgr.Start(context.Background()) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if err := mgr.GetWebhookServer().StartedChecker()(nil); err == nil {
+			return nil
+		} else if time.Now().After(deadline) {
+			return fmt.Errorf("webhook server not serving after 30s: %w", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// warningClient is a client that records the admission warnings the API server returns.
+type warningClient struct {
+	client.Client
+	mu       sync.Mutex
+	warnings []string
+}
+
+func (w *warningClient) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.warnings = append(w.warnings, text)
+}
+
+// Take returns the warnings recorded since the last call.
+func (w *warningClient) Take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.warnings
+	w.warnings = nil
+	return out
+}
+
+func newWarningClient(t *testing.T, c *testenv.Cluster) *warningClient {
+	t.Helper()
+	w := &warningClient{}
+	cfg := rest.CopyConfig(c.Config)
+	cfg.WarningHandler = w
+	cl, err := client.New(cfg, client.Options{Scheme: c.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Client = cl
+	return w
+}
+
+// webhookCalls is how many admission requests the webhook server answered on path, read from
+// controller-runtime's request counter.
+func webhookCalls(t *testing.T, path string) float64 {
+	t.Helper()
+	families, err := metrics.Registry.(prometheus.Gatherer).Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_webhook_requests_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "webhook" && l.GetValue() == path {
+					total += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return total
+}
