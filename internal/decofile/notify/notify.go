@@ -105,7 +105,6 @@ func NewClient() *http.Client {
 		DisableCompression:    true,
 		MaxIdleConns:          0,
 		ResponseHeaderTimeout: 0, // long-poll answers late on purpose; the per-attempt context bounds it
-		WriteBufferSize:       64 << 10,
 	}}
 }
 
