@@ -1,0 +1,404 @@
+// Package rollout tells running pods about a Decofile's new content and records whether they all
+// confirmed it. It is its own controller, beside the one that stores the content: it acts when a
+// Decofile is Ready and its status.contentHash differs from status.notifiedHash (the last hash
+// every pod confirmed), so a failed rollout is retried, with backoff, until it succeeds.
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/internal/decofile/notify"
+)
+
+// Defaults of Options.
+const (
+	DefaultRetryBase             = 5 * time.Second
+	DefaultRetryMax              = 5 * time.Minute
+	DefaultMaxConcurrentRollouts = 4
+	// notYetStoredDelay is how soon to look again when the store lags the status.
+	notYetStoredDelay = time.Second
+)
+
+// Options configures the rollout controller.
+type Options struct {
+	// Notify bounds each rollout (concurrency, timeouts, attempts).
+	Notify notify.Config
+	// Protocol is push (default) or long-poll.
+	Protocol notify.Protocol
+	// RetryBase is the wait before retrying a failed rollout; it doubles per failure up to RetryMax.
+	RetryBase time.Duration
+	RetryMax  time.Duration
+	// MaxConcurrentRollouts is how many Decofiles are rolled out at the same time.
+	MaxConcurrentRollouts int
+	// Loaders read the stored content per target; configmap is always available.
+	Loaders map[decov1alpha1.TargetType]Loader
+}
+
+// Reconciler runs rollouts. Create it with Setup.
+type Reconciler struct {
+	client   client.Client
+	reader   client.Reader
+	recorder events.EventRecorder
+	notifier *notify.Notifier
+	opts     Options
+
+	mu       sync.Mutex
+	failures map[string]failure
+}
+
+// failure remembers the failed rollouts of one content hash, for backoff.
+type failure struct {
+	hash  string
+	count int
+	next  time.Time
+}
+
+// +kubebuilder:rbac:groups=deco.sites,resources=decofiles,verbs=get;list;watch
+// +kubebuilder:rbac:groups=deco.sites,resources=decofiles/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=configmaps;secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Setup registers the rollout controller with mgr.
+func Setup(mgr ctrl.Manager, o Options) error {
+	if o.Protocol == "" {
+		o.Protocol = notify.ProtocolPush
+	}
+	if o.RetryBase <= 0 {
+		o.RetryBase = DefaultRetryBase
+	}
+	if o.RetryMax <= 0 {
+		o.RetryMax = DefaultRetryMax
+	}
+	if o.MaxConcurrentRollouts <= 0 {
+		o.MaxConcurrentRollouts = DefaultMaxConcurrentRollouts
+	}
+	// ConfigMaps, Secrets and Pods are read straight from the API server: only at rollout time,
+	// and without caching every Secret and Pod of the cluster in the manager.
+	reader := mgr.GetAPIReader()
+	loaders := map[decov1alpha1.TargetType]Loader{decov1alpha1.TargetConfigMap: ConfigMapLoader{Reader: reader}}
+	for t, l := range o.Loaders {
+		loaders[t] = l
+	}
+	o.Loaders = loaders
+	r := &Reconciler{
+		client:   mgr.GetClient(),
+		reader:   reader,
+		recorder: mgr.GetEventRecorder("siteops-rollout"),
+		notifier: notify.New(o.Notify),
+		opts:     o,
+		failures: map[string]failure{},
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("decofile-rollout").
+		For(&decov1alpha1.Decofile{}, builder.WithPredicates(changePredicate())).
+		WithOptions(controller.Options{MaxConcurrentReconciles: o.MaxConcurrentRollouts}).
+		Complete(r)
+}
+
+// changePredicate lets through what can start, retry or stop a rollout: a spec change (silent),
+// new stored content, a changed confirmed hash and a Ready change; not the controller's own
+// progress updates.
+func changePredicate() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*decov1alpha1.Decofile)
+			n, ok2 := e.ObjectNew.(*decov1alpha1.Decofile)
+			if !ok1 || !ok2 {
+				return false
+			}
+			return o.Generation != n.Generation ||
+				o.Status.ContentHash != n.Status.ContentHash ||
+				o.Status.NotifiedHash != n.Status.NotifiedHash ||
+				o.Status.Timestamp != n.Status.Timestamp ||
+				readyStatus(o) != readyStatus(n)
+		},
+		DeleteFunc: func(event.DeleteEvent) bool { return false },
+	}
+}
+
+func readyStatus(df *decov1alpha1.Decofile) metav1.ConditionStatus {
+	if c := meta.FindStatusCondition(df.Status.Conditions, decov1alpha1.ConditionReady); c != nil {
+		return c.Status
+	}
+	return ""
+}
+
+// Reconcile decides whether the Decofile needs a rollout and runs it.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	log := logf.FromContext(ctx)
+	var df decov1alpha1.Decofile
+	if err := r.client.Get(ctx, req.NamespacedName, &df); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.String())
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	if df.DeletionTimestamp != nil {
+		return ctrl.Result{}, nil
+	}
+	if df.Spec.Silent {
+		// Silent: no notifications, and no PodsNotified condition that would suggest otherwise.
+		r.forget(req.String())
+		return ctrl.Result{}, r.patchStatus(ctx, req.NamespacedName, func(d *decov1alpha1.Decofile) bool {
+			return meta.RemoveStatusCondition(&d.Status.Conditions, decov1alpha1.ConditionPodsNotified)
+		})
+	}
+	hash := df.Status.ContentHash
+	if readyStatus(&df) != metav1.ConditionTrue || hash == "" || hash == df.Status.NotifiedHash {
+		if hash != "" && hash == df.Status.NotifiedHash {
+			r.forget(req.String())
+		}
+		return ctrl.Result{}, nil
+	}
+	if wait := r.backoffLeft(req.String(), hash); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+
+	id := decov1alpha1.RolloutID(&df.Status)
+	log = log.WithValues("rollout", id, "contentHash", hash)
+	ctx = logf.IntoContext(ctx, log)
+
+	loader, ok := r.opts.Loaders[df.TargetOrDefault()]
+	if !ok {
+		return r.fail(ctx, &df, id, hash, nil, fmt.Sprintf("no content loader for target %q in this build", df.TargetOrDefault()), time.Now())
+	}
+	content, err := loader.Load(ctx, &df)
+	if errors.Is(err, ErrNotYetStored) {
+		log.V(1).Info("store lags status; waiting", "reason", err.Error())
+		return ctrl.Result{RequeueAfter: notYetStoredDelay}, nil
+	}
+	start := time.Now()
+	if err != nil {
+		return r.fail(ctx, &df, id, hash, nil, fmt.Sprintf("load stored content: %v", err), start)
+	}
+	token, err := r.reloadToken(ctx, &df)
+	if err != nil {
+		return r.fail(ctx, &df, id, hash, nil, err.Error(), start)
+	}
+	pods, err := selectPods(ctx, r.reader, &df)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	// PodsNotified=Unknown for this version before the first pod hears of it.
+	startedAt := metav1.NewTime(start)
+	if err := r.patchStatus(ctx, req.NamespacedName, func(d *decov1alpha1.Decofile) bool {
+		changed := setCondition(d, metav1.ConditionUnknown, decov1alpha1.ReasonNotificationInProgress, "Notifying pods for "+id)
+		ro := &decov1alpha1.RolloutStatus{ID: id, Total: int32(len(pods)), StartedAt: &startedAt}
+		if d.Status.Rollout == nil || *d.Status.Rollout != *ro {
+			d.Status.Rollout, changed = ro, true
+		}
+		return changed
+	}); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	targets := make([]notify.Pod, len(pods))
+	for i := range pods {
+		targets[i] = Target(&pods[i])
+	}
+	ro := notify.Rollout{
+		ID: id, Protocol: r.opts.Protocol, Timestamp: content.Timestamp, Token: token,
+		Pods: targets, Refresh: refresher(r.reader, df.Namespace),
+		Progress: func(p notify.Progress) { r.recordProgress(ctx, req.NamespacedName, id, p) },
+	}
+	if r.opts.Protocol == notify.ProtocolPush {
+		ro.Body = notify.PushBody(content.Timestamp, content.JSON)
+	}
+	content = Content{} // the body holds the only copy needed from here on
+	log.Info("notifying pods", "pods", len(pods), "protocol", r.opts.Protocol)
+	res := r.notifier.Run(ctx, ro)
+	for o, n := range map[string]int{"notified": res.Notified, "failed": res.Failed, "skipped": res.Skipped} {
+		podNotificationsTotal.WithLabelValues(o).Add(float64(n))
+	}
+	rolloutDuration.Observe(res.Duration.Seconds())
+	if !res.Succeeded() {
+		return r.fail(ctx, &df, id, hash, &res, failureReason(res, r.notifier.Config().Timeout), start)
+	}
+
+	rolloutsTotal.WithLabelValues("succeeded").Inc()
+	finished := metav1.Now()
+	if err := r.patchStatus(ctx, req.NamespacedName, func(d *decov1alpha1.Decofile) bool {
+		changed := setCondition(d, metav1.ConditionTrue, decov1alpha1.ReasonNotificationSucceeded, "Successfully notified all pods for "+id)
+		d.Status.NotifiedHash = hash
+		d.Status.Rollout = summary(id, res.Progress, &startedAt, &finished)
+		_ = changed
+		return true
+	}); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.forget(req.String())
+	r.recorder.Eventf(&df, nil, corev1.EventTypeNormal, "RolloutSucceeded", "Notify",
+		"Notified %d of %d pods for %s in %s (%d skipped)", res.Notified, res.Total, id, res.Duration.Round(time.Millisecond), res.Skipped)
+	log.Info("rollout succeeded", "notified", res.Notified, "skipped", res.Skipped, "duration", res.Duration)
+	return ctrl.Result{}, nil
+}
+
+// fail records PodsNotified=False with reason and schedules a retry with backoff.
+func (r *Reconciler) fail(ctx context.Context, df *decov1alpha1.Decofile, id, hash string, res *notify.Result, reason string, start time.Time) (ctrl.Result, error) {
+	rolloutsTotal.WithLabelValues("failed").Inc()
+	startedAt, finished := metav1.NewTime(start), metav1.Now()
+	p := notify.Progress{}
+	if res != nil {
+		p = res.Progress
+	}
+	msg := fmt.Sprintf("Failed to notify pods for %s: %s", id, reason)
+	err := r.patchStatus(ctx, client.ObjectKeyFromObject(df), func(d *decov1alpha1.Decofile) bool {
+		setCondition(d, metav1.ConditionFalse, decov1alpha1.ReasonNotificationFailed, msg)
+		d.Status.Rollout = summary(id, p, &startedAt, &finished)
+		return true
+	})
+	wait := r.recordFailure(client.ObjectKeyFromObject(df).String(), hash)
+	r.recorder.Eventf(df, nil, corev1.EventTypeWarning, "RolloutFailed", "Notify", "%s (retry in %s)", msg, wait)
+	logf.FromContext(ctx).Info("rollout failed; will retry", "reason", reason, "retryIn", wait)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: wait}, nil
+}
+
+// failureReason names the counts and the first few failing pods with their reasons.
+func failureReason(res notify.Result, timeout time.Duration) string {
+	const shown, maxReason = 3, 200
+	var b strings.Builder
+	if res.TimedOut {
+		fmt.Fprintf(&b, "rollout timeout (%s) reached; ", timeout)
+	}
+	fmt.Fprintf(&b, "%d of %d pods failed (%d notified, %d skipped): ", res.Failed, res.Total, res.Notified, res.Skipped)
+	failed := res.FailedPods()
+	for i, p := range failed[:min(shown, len(failed))] {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		reason := p.Reason
+		if len(reason) > maxReason {
+			reason = reason[:maxReason] + "…"
+		}
+		fmt.Fprintf(&b, "%s: %s", p.Name, reason)
+	}
+	if len(failed) > shown {
+		fmt.Fprintf(&b, "; and %d more", len(failed)-shown)
+	}
+	return b.String()
+}
+
+func summary(id string, p notify.Progress, started, finished *metav1.Time) *decov1alpha1.RolloutStatus {
+	return &decov1alpha1.RolloutStatus{ID: id, Total: int32(p.Total), Notified: int32(p.Notified), Failed: int32(p.Failed),
+		Skipped: int32(p.Skipped), StartedAt: started, FinishedAt: finished}
+}
+
+// recordProgress writes the running counts (the notifier calls it at most about once a second).
+func (r *Reconciler) recordProgress(ctx context.Context, key client.ObjectKey, id string, p notify.Progress) {
+	err := r.patchStatus(ctx, key, func(d *decov1alpha1.Decofile) bool {
+		ro := d.Status.Rollout
+		if ro == nil || ro.ID != id || ro.FinishedAt != nil {
+			return false
+		}
+		next := *ro
+		next.Total, next.Notified, next.Failed, next.Skipped = int32(p.Total), int32(p.Notified), int32(p.Failed), int32(p.Skipped)
+		if next == *ro {
+			return false
+		}
+		d.Status.Rollout = &next
+		return true
+	})
+	if err != nil {
+		logf.FromContext(ctx).Info("could not record rollout progress", "error", err.Error())
+	}
+}
+
+func setCondition(d *decov1alpha1.Decofile, status metav1.ConditionStatus, reason, msg string) bool {
+	return meta.SetStatusCondition(&d.Status.Conditions, metav1.Condition{
+		Type: decov1alpha1.ConditionPodsNotified, Status: status, Reason: reason, Message: msg, ObservedGeneration: d.Generation,
+	})
+}
+
+// patchStatus applies mutate to a fresh copy of the Decofile and patches its status with an
+// optimistic lock, retrying on conflict: the delivery controller writes other status fields of
+// the same object. Nothing is written when mutate reports no change.
+func (r *Reconciler) patchStatus(ctx context.Context, key client.ObjectKey, mutate func(*decov1alpha1.Decofile) bool) error {
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		var d decov1alpha1.Decofile
+		if err := r.reader.Get(ctx, key, &d); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		old := d.DeepCopy()
+		if !mutate(&d) {
+			return nil
+		}
+		if err := r.client.Status().Patch(ctx, &d, client.MergeFromWithOptions(old, client.MergeFromWithOptimisticLock{})); err != nil {
+			return fmt.Errorf("patch status of Decofile %s: %w", key, err)
+		}
+		return nil
+	})
+}
+
+// reloadToken reads the workload's reload token from the Decofile's reload Secret.
+func (r *Reconciler) reloadToken(ctx context.Context, df *decov1alpha1.Decofile) (string, error) {
+	var s corev1.Secret
+	name := df.ReloadSecretName()
+	if err := r.reader.Get(ctx, client.ObjectKey{Namespace: df.Namespace, Name: name}, &s); err != nil {
+		return "", fmt.Errorf("read reload Secret %s: %w", name, err)
+	}
+	tok := strings.TrimSpace(string(s.Data[decov1alpha1.ReloadTokenKey]))
+	if tok == "" {
+		return "", fmt.Errorf("reload Secret %s has no %q key", name, decov1alpha1.ReloadTokenKey)
+	}
+	return tok, nil
+}
+
+func (r *Reconciler) recordFailure(key, hash string) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f := r.failures[key]
+	if f.hash != hash {
+		f = failure{hash: hash}
+	}
+	f.count++
+	wait := r.opts.RetryBase << min(f.count-1, 20)
+	if wait > r.opts.RetryMax || wait <= 0 {
+		wait = r.opts.RetryMax
+	}
+	f.next = time.Now().Add(wait)
+	r.failures[key] = f
+	return wait
+}
+
+// backoffLeft is the time until a failed rollout of hash may be retried (0 when it may run now).
+func (r *Reconciler) backoffLeft(key, hash string) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f, ok := r.failures[key]
+	if !ok || f.hash != hash {
+		return 0
+	}
+	return max(0, time.Until(f.next))
+}
+
+func (r *Reconciler) forget(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.failures, key)
+}

@@ -1,0 +1,142 @@
+package rollout
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/internal/decofile/notify"
+)
+
+// DefaultReloadPort is used when a pod declares no port at all.
+const DefaultReloadPort = 8000
+
+// selectPods lists the Decofile's pods: labelled deco.sites/decofile=<name>, plus, for older
+// workloads, app.deco/deploymentId=<deploymentId>. Each pod appears once, in name order.
+func selectPods(ctx context.Context, r client.Reader, df *decov1alpha1.Decofile) ([]corev1.Pod, error) {
+	seen := map[string]bool{}
+	var out []corev1.Pod
+	for _, sel := range []client.MatchingLabels{
+		{decov1alpha1.LabelDecofile: df.Name},
+		{decov1alpha1.LabelDeploymentID: df.DeploymentIDOrName()},
+	} {
+		var list corev1.PodList
+		if err := r.List(ctx, &list, client.InNamespace(df.Namespace), sel); err != nil {
+			return nil, fmt.Errorf("list pods %v: %w", map[string]string(sel), err)
+		}
+		for _, p := range list.Items {
+			if !seen[p.Name] {
+				seen[p.Name] = true
+				out = append(out, p)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Target turns a pod into what the notifier needs, with SkipReason set when the pod cannot
+// take a notification now (being deleted, not Running, no IP).
+func Target(p *corev1.Pod) notify.Pod {
+	c := injectedContainer(p)
+	t := notify.Pod{Name: p.Name, IP: p.Status.PodIP, Port: reloadPort(p, c), MountPath: mountPath(p, c)}
+	switch {
+	case p.DeletionTimestamp != nil:
+		t.SkipReason = "being deleted"
+	case p.Status.Phase != corev1.PodRunning:
+		t.SkipReason = fmt.Sprintf("phase %s", orUnknown(string(p.Status.Phase)))
+	case p.Status.PodIP == "":
+		t.SkipReason = "no pod IP"
+	}
+	return t
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+// injectedContainer is the container carrying DECO_RELEASE (set by the webhook), else the one the
+// deco.sites/decofile-container annotation names, else "app", else the first.
+func injectedContainer(p *corev1.Pod) *corev1.Container {
+	cs := p.Spec.Containers
+	for i := range cs {
+		if slices.ContainsFunc(cs[i].Env, func(e corev1.EnvVar) bool { return e.Name == decov1alpha1.EnvRelease }) {
+			return &cs[i]
+		}
+	}
+	for _, want := range []string{p.Annotations[decov1alpha1.AnnotationContainer], "app"} {
+		for i := range cs {
+			if want != "" && cs[i].Name == want {
+				return &cs[i]
+			}
+		}
+	}
+	if len(cs) > 0 {
+		return &cs[0]
+	}
+	return nil
+}
+
+// reloadPort: the deco.sites/reload-port annotation, else a container port named "http", else
+// the injected container's first port, else 8000.
+func reloadPort(p *corev1.Pod, c *corev1.Container) int32 {
+	if v, err := strconv.ParseInt(strings.TrimSpace(p.Annotations[decov1alpha1.AnnotationReloadPort]), 10, 32); err == nil && v > 0 && v < 65536 {
+		return int32(v)
+	}
+	for _, ct := range p.Spec.Containers {
+		for _, port := range ct.Ports {
+			if port.Name == "http" {
+				return port.ContainerPort
+			}
+		}
+	}
+	if c != nil && len(c.Ports) > 0 {
+		return c.Ports[0].ContainerPort
+	}
+	return DefaultReloadPort
+}
+
+// mountPath is the folder of the mounted decofile (from the container's file:// DECO_RELEASE),
+// else the deco.sites/decofile-mount-path annotation, else the default. Long-poll names
+// <mountPath>/timestamp.txt.
+func mountPath(p *corev1.Pod, c *corev1.Container) string {
+	if c != nil {
+		for _, e := range c.Env {
+			if e.Name == decov1alpha1.EnvRelease {
+				if u, err := url.Parse(e.Value); err == nil && u.Scheme == "file" && u.Path != "" {
+					return path.Dir(u.Path)
+				}
+			}
+		}
+	}
+	if mp := strings.TrimSpace(p.Annotations[decov1alpha1.AnnotationMountPath]); path.IsAbs(mp) {
+		return mp
+	}
+	return decov1alpha1.DefaultMountPath
+}
+
+// refresher re-reads each pod from the API server (not a cache) just before it is notified.
+func refresher(r client.Reader, namespace string) notify.Refresher {
+	return func(ctx context.Context, name string) (notify.Pod, error) {
+		var p corev1.Pod
+		if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &p); err != nil {
+			if apierrors.IsNotFound(err) {
+				return notify.Pod{Name: name, SkipReason: "pod no longer exists"}, nil
+			}
+			return notify.Pod{Name: name}, err
+		}
+		return Target(&p), nil
+	}
+}
