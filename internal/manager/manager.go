@@ -8,18 +8,22 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/siteops/siteops/internal/decofile"
+	"github.com/siteops/siteops/internal/decofile/inject"
 	"github.com/siteops/siteops/internal/mirror"
 	"github.com/siteops/siteops/internal/scheme"
 	"github.com/siteops/siteops/internal/tenant"
+	"github.com/siteops/siteops/internal/webhookcert"
 )
 
 // Part names accepted by --controllers.
@@ -51,6 +55,12 @@ type Options struct {
 	WebhookPort int
 	// WebhookCertDir holds tls.crt and tls.key for the webhook server.
 	WebhookCertDir string
+	// WebhookSelfSigned makes the manager generate a CA and serving certificate into
+	// WebhookCertDir, keep the webhook configurations' caBundle in step and renew both before
+	// they expire; for clusters without cert-manager and for `siteops dev up`.
+	WebhookSelfSigned bool
+	// WebhookCertHosts are the DNS names or IPs the self-signed serving certificate is valid for.
+	WebhookCertHosts []string
 
 	// Decofile configures the Decofile delivery part.
 	Decofile decofile.Options
@@ -70,6 +80,7 @@ func DefaultOptions() Options {
 		Controllers:      slices.Clone(Parts),
 		WebhookPort:      9443,
 		WebhookCertDir:   "/tmp/k8s-webhook-server/serving-certs",
+		WebhookCertHosts: []string{"siteops-webhook-service.siteops-system.svc", "siteops-webhook-service.siteops-system.svc.cluster.local"},
 	}
 }
 
@@ -84,6 +95,8 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.WebhookHost, "webhook-host", o.WebhookHost, "address the admission webhook server binds to")
 	fs.IntVar(&o.WebhookPort, "webhook-port", o.WebhookPort, "port of the admission webhook server")
 	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", o.WebhookCertDir, "folder with tls.crt and tls.key for the webhook server")
+	fs.BoolVar(&o.WebhookSelfSigned, "webhook-self-signed", o.WebhookSelfSigned, "generate and renew a self-signed CA and webhook certificate in --webhook-cert-dir and patch the webhook configurations' caBundle (instead of cert-manager)")
+	fs.StringSliceVar(&o.WebhookCertHosts, "webhook-cert-hosts", o.WebhookCertHosts, "DNS names or IPs of the webhook Service, for the self-signed certificate")
 	o.Decofile.BindFlags(fs)
 	o.Tenant.BindFlags(fs)
 	o.Mirror.BindFlags(fs)
@@ -130,6 +143,11 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create manager: %w", err)
 	}
+	if o.WebhookSelfSigned {
+		if err := selfSignedCerts(mgr, cfg, o); err != nil {
+			return nil, err
+		}
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return nil, err
 	}
@@ -150,6 +168,30 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		}
 	}
 	return mgr, nil
+}
+
+// selfSignedCerts writes the webhook certificates before the webhook server starts (it reads
+// them on start) and adds the rotator that renews them while the manager runs.
+func selfSignedCerts(mgr ctrl.Manager, cfg *rest.Config, o Options) error {
+	c, err := client.New(cfg, client.Options{Scheme: mgr.GetScheme()})
+	if err != nil {
+		return fmt.Errorf("webhook certificates: %w", err)
+	}
+	wo := webhookcert.Options{CertDir: o.WebhookCertDir, Hosts: o.WebhookCertHosts}
+	if o.Enabled(PartDecofile) {
+		wo.MutatingWebhooks = []string{inject.MutatingConfigName}
+		wo.ValidatingWebhooks = []string{inject.ValidatingConfigName}
+	}
+	r, err := webhookcert.New(c, wo)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := r.Ensure(ctx); err != nil {
+		return fmt.Errorf("webhook certificates: %w", err)
+	}
+	return mgr.Add(r)
 }
 
 // Run builds the manager and runs it until ctx is done.

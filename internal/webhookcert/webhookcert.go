@@ -80,6 +80,8 @@ func (o *Options) defaults() {
 	}
 }
 
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;update
+
 // Rotator keeps the certificates in Options.CertDir valid and the caBundles in step.
 type Rotator struct {
 	client client.Client
