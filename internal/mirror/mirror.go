@@ -1,20 +1,127 @@
 // Package mirror wires the cluster-to-git mirror into the manager: watched resources committed to
-// git as clean YAML, authored by whoever made each change.
+// git as clean YAML, with durable watch resume cursors in Redis.
 package mirror
 
 import (
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/siteops/siteops/internal/mirror/controller"
+	"github.com/siteops/siteops/internal/mirror/engine"
+	"github.com/siteops/siteops/internal/mirror/store"
 )
 
 // Options configures the mirror part.
-type Options struct{}
+type Options struct {
+	// RedisAddr is host:port of the Redis/Valkey server holding the watch resume cursors. Empty
+	// runs without durable cursors (every restart replays), which only suits local development.
+	RedisAddr string
+	// RedisUsername and RedisPassword authenticate to it (RedisPassword defaults to $REDIS_PASSWORD).
+	RedisUsername string
+	RedisPassword string
+	// RedisDB is the logical database.
+	RedisDB int
+	// RedisTLS connects over TLS.
+	RedisTLS bool
+	// RedisKeyPrefix is the root of every key; see store.ValidateKeyPrefix.
+	RedisKeyPrefix string
+}
 
 // BindFlags registers the part's flags.
-func (o *Options) BindFlags(fs *pflag.FlagSet) {}
+func (o *Options) BindFlags(fs *pflag.FlagSet) {
+	if o.RedisPassword == "" {
+		o.RedisPassword = os.Getenv("REDIS_PASSWORD")
+	}
+	if o.RedisKeyPrefix == "" {
+		o.RedisKeyPrefix = store.DefaultKeyPrefix
+	}
+	fs.StringVar(&o.RedisAddr, "redis-addr", o.RedisAddr, "mirror: host:port of the Redis/Valkey server holding the watch resume cursors (without it every restart replays)")
+	fs.StringVar(&o.RedisUsername, "redis-username", o.RedisUsername, "mirror: Redis ACL user name")
+	fs.StringVar(&o.RedisPassword, "redis-password", o.RedisPassword, "mirror: Redis password (default $REDIS_PASSWORD)")
+	fs.IntVar(&o.RedisDB, "redis-db", o.RedisDB, "mirror: Redis logical database")
+	fs.BoolVar(&o.RedisTLS, "redis-tls", o.RedisTLS, "mirror: connect to Redis over TLS")
+	fs.StringVar(&o.RedisKeyPrefix, "redis-key-prefix", o.RedisKeyPrefix, "mirror: root of every Redis key, so installations can share a server")
+}
 
 // Validate reports flag values that cannot work.
-func (o *Options) Validate() error { return nil }
+func (o *Options) Validate() error {
+	var errs []error
+	if o.RedisDB < 0 {
+		errs = append(errs, fmt.Errorf("--redis-db %d: must be 0 or more", o.RedisDB))
+	}
+	if _, err := store.ValidateKeyPrefix(o.RedisKeyPrefix); err != nil {
+		errs = append(errs, fmt.Errorf("--redis-key-prefix: %w", err))
+	}
+	return errors.Join(errs...)
+}
 
-// Setup registers the part's controllers and webhooks with mgr.
-func Setup(mgr ctrl.Manager, o Options) error { return nil }
+func (o *Options) storeConfig() store.RedisStoreConfig {
+	return store.RedisStoreConfig{Addr: o.RedisAddr, Username: o.RedisUsername, AuthValue: o.RedisPassword, DB: o.RedisDB, TLSEnabled: o.RedisTLS, KeyPrefix: o.RedisKeyPrefix}
+}
+
+// Setup registers the part's controllers, its engine (run by the leader only) and a readiness
+// check that pings Redis.
+func Setup(mgr ctrl.Manager, o Options) error {
+	_, err := SetupWithEngine(mgr, o)
+	return err
+}
+
+// SetupWithEngine is Setup returning the engine, for tests and benchmarks that adjust it.
+func SetupWithEngine(mgr ctrl.Manager, o Options) (*engine.Engine, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	// Without Redis the mirror still runs, but every restart replays and sweeps; GitTargets say
+	// so in their CursorsDurable condition. Production deployments set --redis-addr.
+	var cursors engine.CursorStore
+	log := ctrl.Log.WithName("mirror")
+	if o.RedisAddr == "" {
+		log.Info("WARNING: --redis-addr is not set: watch resume cursors are not kept and every restart replays")
+	} else {
+		st, err := store.NewRedisStore(o.storeConfig())
+		if err != nil {
+			return nil, err
+		}
+		log.Info("resume cursors in Redis", "addr", o.RedisAddr, "db", o.RedisDB, "keyPrefix", st.KeyPrefix())
+		if err := mgr.AddReadyzCheck("mirror-redis", func(req *http.Request) error { return st.Ping(req.Context()) }); err != nil {
+			return nil, fmt.Errorf("add the Redis readiness check: %w", err)
+		}
+		cursors = st
+	}
+	dyn, err := dynamic.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return nil, fmt.Errorf("create dynamic client: %w", err)
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+	if err != nil {
+		return nil, fmt.Errorf("create discovery client: %w", err)
+	}
+	eng := engine.New(dyn, cursors)
+	if err := mgr.Add(eng); err != nil {
+		return nil, err
+	}
+	disc := &controller.Discovery{Client: dc}
+	recorder := mgr.GetEventRecorder("siteops-mirror")
+	targets := &controller.GitTargetReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Discovery: disc, Engine: eng, Recorder: recorder, CursorsConfigured: cursors != nil}
+	eng.OnTargetChange = func(t types.NamespacedName) { targets.Notify(t) }
+	if err := targets.SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	for _, cluster := range []bool{false, true} {
+		if err := (&controller.RuleReconciler{Client: mgr.GetClient(), Discovery: disc, Recorder: recorder, Cluster: cluster}).SetupWithManager(mgr); err != nil {
+			return nil, err
+		}
+	}
+	if err := (&controller.ProviderReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	return eng, nil
+}

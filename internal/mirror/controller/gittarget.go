@@ -1,0 +1,391 @@
+// Package controller holds the mirror's reconcilers: the GitTarget controller turns targets,
+// providers and watch rules into the engine's desired state and records what the engine
+// observes; the rule and provider controllers record their own resources' status.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
+	"github.com/siteops/siteops/internal/mirror/engine"
+	"github.com/siteops/siteops/internal/mirror/gitwriter"
+	"github.com/siteops/siteops/internal/mirror/resolve"
+)
+
+// DefaultCommitWindow applies when a GitTarget sets none.
+const DefaultCommitWindow = 5 * time.Second
+
+// resyncInterval re-reads credentials and discovery even without a watched change.
+const resyncInterval = 5 * time.Minute
+
+// Discovery resolves watch rules, caching the server's resource lists for a short while.
+type Discovery struct {
+	Client discovery.DiscoveryInterface
+	// MaxAge is how long one discovery answer is reused; default 30s.
+	MaxAge time.Duration
+
+	mu     sync.Mutex
+	at     time.Time
+	groups []*metav1.APIGroup
+	lists  []*metav1.APIResourceList
+}
+
+// Resolve resolves rules for namespaced or cluster-scoped resources.
+func (d *Discovery) Resolve(rules []mirrorv1alpha1.ResourceRule, namespaced bool) (resolve.Result, error) {
+	d.mu.Lock()
+	maxAge := d.MaxAge
+	if maxAge == 0 {
+		maxAge = 30 * time.Second
+	}
+	if d.lists == nil || time.Since(d.at) > maxAge {
+		g, l, err := resolve.Discover(d.Client)
+		if err != nil {
+			d.mu.Unlock()
+			return resolve.Result{}, err
+		}
+		d.groups, d.lists, d.at = g, l, time.Now()
+	}
+	g, l := d.groups, d.lists
+	d.mu.Unlock()
+	return resolve.Rules(g, l, rules, namespaced)
+}
+
+// Invalidate drops the cached discovery answer (a new CRD may have appeared).
+func (d *Discovery) Invalidate() {
+	d.mu.Lock()
+	d.lists = nil
+	d.mu.Unlock()
+}
+
+// GitTargetReconciler runs a GitTarget's watches and writer through the engine.
+type GitTargetReconciler struct {
+	Client client.Client
+	// APIReader reads Secrets uncached, so the manager does not cache every Secret.
+	APIReader client.Reader
+	Discovery *Discovery
+	Engine    *engine.Engine
+	Recorder  events.EventRecorder
+	// CursorsConfigured says a cursor store (Redis) is configured.
+	CursorsConfigured bool
+	// Changes carries the engine's status notifications into the work queue.
+	Changes chan event.GenericEvent
+}
+
+// +kubebuilder:rbac:groups=mirror.siteops.dev,resources=gitproviders;gittargets;watchrules;clusterwatchrules,verbs=get;list;watch
+// +kubebuilder:rbac:groups=mirror.siteops.dev,resources=gitproviders/status;gittargets/status;watchrules/status;clusterwatchrules/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups=*,resources=*,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Notify queues target for a status refresh; it never blocks.
+func (r *GitTargetReconciler) Notify(target types.NamespacedName) {
+	t := &mirrorv1alpha1.GitTarget{}
+	t.Name, t.Namespace = target.Name, target.Namespace
+	select {
+	case r.Changes <- event.GenericEvent{Object: t}:
+	default:
+	}
+}
+
+// SetupWithManager registers the controller.
+func (r *GitTargetReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Changes == nil {
+		r.Changes = make(chan event.GenericEvent, 1024)
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("mirror-gittarget").
+		For(&mirrorv1alpha1.GitTarget{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&mirrorv1alpha1.GitProvider{}, handler.EnqueueRequestsFromMapFunc(r.targetsOfProvider), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&mirrorv1alpha1.WatchRule{}, handler.EnqueueRequestsFromMapFunc(ruleTarget), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&mirrorv1alpha1.ClusterWatchRule{}, handler.EnqueueRequestsFromMapFunc(ruleTarget), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WatchesRawSource(source.Channel(r.Changes, &handler.EnqueueRequestForObject{})).
+		Complete(r)
+}
+
+func (r *GitTargetReconciler) targetsOfProvider(ctx context.Context, o client.Object) []reconcile.Request {
+	var list mirrorv1alpha1.GitTargetList
+	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, t := range list.Items {
+		if t.Spec.ProviderRef.Name == o.GetName() {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&t)})
+		}
+	}
+	return out
+}
+
+// ruleTarget maps a WatchRule or ClusterWatchRule to the GitTarget it names.
+func ruleTarget(_ context.Context, o client.Object) []reconcile.Request {
+	switch rule := o.(type) {
+	case *mirrorv1alpha1.WatchRule:
+		ns := rule.Spec.TargetRef.Namespace
+		if ns == "" {
+			ns = rule.Namespace
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: rule.Spec.TargetRef.Name}}}
+	case *mirrorv1alpha1.ClusterWatchRule:
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: rule.Spec.TargetRef.Namespace, Name: rule.Spec.TargetRef.Name}}}
+	}
+	return nil
+}
+
+// targetProblem is a reason the target cannot run, shown in its Ready condition.
+type targetProblem struct {
+	reason, message string
+}
+
+func (p *targetProblem) Error() string { return p.message }
+
+// Reconcile reads the target, its provider and rules, hands the desired state to the engine and
+// records status.
+func (r *GitTargetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	log := logf.FromContext(ctx)
+	var target mirrorv1alpha1.GitTarget
+	if err := r.Client.Get(ctx, req.NamespacedName, &target); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Engine.Remove(req.NamespacedName)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	if !target.DeletionTimestamp.IsZero() {
+		r.Engine.Remove(req.NamespacedName)
+		return ctrl.Result{}, nil
+	}
+	spec, excluded, err := r.desired(ctx, &target)
+	var problem *targetProblem
+	switch {
+	case errors.As(err, &problem):
+		r.Engine.Remove(req.NamespacedName)
+		return ctrl.Result{RequeueAfter: resyncInterval}, r.writeStatus(ctx, &target, nil, excluded, problem)
+	case err != nil:
+		return ctrl.Result{}, err
+	}
+	if err := r.Engine.Apply(req.NamespacedName, spec); err != nil {
+		if errors.Is(err, engine.ErrNotStarted) {
+			return ctrl.Result{RequeueAfter: time.Second}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	st, _ := r.Engine.Status(req.NamespacedName)
+	if err := r.writeStatus(ctx, &target, &st, excluded, nil); err != nil {
+		return ctrl.Result{}, err
+	}
+	log.V(1).Info("mirroring", "streams", st.Streams, "pending", st.Writer.Pending)
+	return ctrl.Result{RequeueAfter: resyncInterval}, nil
+}
+
+// desired builds the engine spec of target, or a targetProblem saying why it cannot run.
+func (r *GitTargetReconciler) desired(ctx context.Context, target *mirrorv1alpha1.GitTarget) (engine.TargetSpec, []mirrorv1alpha1.ExcludedResource, error) {
+	var provider mirrorv1alpha1.GitProvider
+	key := types.NamespacedName{Namespace: target.Namespace, Name: target.Spec.ProviderRef.Name}
+	if err := r.Client.Get(ctx, key, &provider); err != nil {
+		if apierrors.IsNotFound(err) {
+			return engine.TargetSpec{}, nil, &targetProblem{"ProviderNotFound", fmt.Sprintf("GitProvider %s not found", key.Name)}
+		}
+		return engine.TargetSpec{}, nil, err
+	}
+	if !BranchAllowed(provider.Spec.AllowedBranches, target.Spec.Branch) {
+		return engine.TargetSpec{}, nil, &targetProblem{"BranchNotAllowed", fmt.Sprintf("branch %q does not match the allowedBranches %v of GitProvider %s", target.Spec.Branch, provider.Spec.AllowedBranches, provider.Name)}
+	}
+	auth, authVersion, err := loadCredentials(ctx, r.APIReader, &provider)
+	if err != nil {
+		return engine.TargetSpec{}, nil, err
+	}
+	window := DefaultCommitWindow
+	if target.Spec.CommitWindow != nil {
+		window = target.Spec.CommitWindow.Duration
+	}
+	spec := engine.TargetSpec{
+		UID:           string(target.UID),
+		Path:          target.Spec.Path,
+		IgnoreDeletes: target.Spec.Deletes == mirrorv1alpha1.DeletesIgnore,
+		Writer: engine.WriterSpec{
+			URL: provider.Spec.URL, Branch: target.Spec.Branch, Auth: auth, AuthVersion: authVersion,
+			Committer: gitwriter.Signature{Name: provider.Spec.Committer.Name, Email: provider.Spec.Committer.Email},
+			Window:    window,
+		},
+	}
+	var excluded []mirrorv1alpha1.ExcludedResource
+	add := func(res resolve.Result, ns string) {
+		excluded = append(excluded, res.Excluded...)
+		for _, rs := range res.Resources {
+			s := engine.StreamSpec{GVR: rs.GVR, Namespace: ns}
+			idx := slices.IndexFunc(spec.Streams, func(x engine.StreamSpec) bool { return x.GVR == rs.GVR && x.Namespace == ns })
+			if idx >= 0 {
+				for _, op := range rs.Operations {
+					if !slices.Contains(spec.Streams[idx].Operations, op) {
+						spec.Streams[idx].Operations = append(spec.Streams[idx].Operations, op)
+					}
+				}
+				slices.Sort(spec.Streams[idx].Operations)
+				continue
+			}
+			s.Operations = slices.Clone(rs.Operations)
+			spec.Streams = append(spec.Streams, s)
+		}
+	}
+	var rules mirrorv1alpha1.WatchRuleList
+	if err := r.Client.List(ctx, &rules, client.InNamespace(target.Namespace)); err != nil {
+		return spec, nil, err
+	}
+	for _, rule := range rules.Items {
+		if rule.Spec.TargetRef.Name != target.Name || (rule.Spec.TargetRef.Namespace != "" && rule.Spec.TargetRef.Namespace != target.Namespace) {
+			continue
+		}
+		// Rules that resolve to nothing report it in their own status.
+		res, _ := r.Discovery.Resolve(rule.Spec.Rules, true)
+		add(res, rule.Namespace)
+	}
+	var crules mirrorv1alpha1.ClusterWatchRuleList
+	if err := r.Client.List(ctx, &crules); err != nil {
+		return spec, nil, err
+	}
+	for _, rule := range crules.Items {
+		if rule.Spec.TargetRef.Name != target.Name || rule.Spec.TargetRef.Namespace != target.Namespace {
+			continue
+		}
+		res, _ := r.Discovery.Resolve(rule.Spec.Rules, false)
+		add(res, "")
+	}
+	slices.SortFunc(excluded, func(a, b mirrorv1alpha1.ExcludedResource) int {
+		if a.Resource < b.Resource {
+			return -1
+		} else if a.Resource > b.Resource {
+			return 1
+		}
+		return 0
+	})
+	excluded = slices.Compact(excluded)
+	return spec, excluded, nil
+}
+
+// BranchAllowed reports whether branch matches one of the globs (path.Match); none allows all.
+func BranchAllowed(globs []string, branch string) bool {
+	if len(globs) == 0 {
+		return true
+	}
+	for _, g := range globs {
+		if ok, err := path.Match(g, branch); err == nil && ok {
+			return true
+		}
+	}
+	return false
+}
+
+// loadCredentials reads the provider's Secret and returns the auth method and a version that
+// changes whenever the Secret does.
+func loadCredentials(ctx context.Context, reader client.Reader, p *mirrorv1alpha1.GitProvider) (transport.AuthMethod, string, error) {
+	var data map[string][]byte
+	version := ""
+	if p.Spec.SecretRef != nil {
+		var s corev1.Secret
+		if err := reader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Spec.SecretRef.Name}, &s); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, "", &targetProblem{"SecretNotFound", fmt.Sprintf("Secret %s of GitProvider %s not found", p.Spec.SecretRef.Name, p.Name)}
+			}
+			return nil, "", fmt.Errorf("read Secret %s of GitProvider %s: %w", p.Spec.SecretRef.Name, p.Name, err)
+		}
+		data, version = s.Data, s.ResourceVersion
+	}
+	auth, err := gitwriter.Credentials(p.Spec.URL, data)
+	if err != nil {
+		return nil, "", &targetProblem{"CredentialsInvalid", err.Error()}
+	}
+	return auth, version, nil
+}
+
+// writeStatus records the engine's view (st) or the problem, and emits an Event when Ready
+// changes. Nothing is written when nothing changed.
+func (r *GitTargetReconciler) writeStatus(ctx context.Context, target *mirrorv1alpha1.GitTarget, st *engine.TargetStatus, excluded []mirrorv1alpha1.ExcludedResource, problem *targetProblem) error {
+	old := target.DeepCopy()
+	s := &target.Status
+	s.ObservedGeneration = target.Generation
+	s.Excluded = excluded
+	s.SkippedSecrets = 0
+	for _, e := range excluded {
+		if e.Reason == resolve.ReasonSecret {
+			s.SkippedSecrets++
+		}
+	}
+	ready := metav1.Condition{Type: mirrorv1alpha1.ConditionReady, ObservedGeneration: target.Generation}
+	switch {
+	case problem != nil:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, problem.reason, problem.message
+		s.WatchedStreams, s.PendingWrites = 0, 0
+	case st.Writer.LastError != nil:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "PushFailed", st.Writer.LastError.Error()
+	case st.Streams == 0:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionTrue, "Idle", "no WatchRule or ClusterWatchRule selects a resource for this target"
+	default:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionTrue, "Mirroring", fmt.Sprintf("%d watches running", st.Streams)
+	}
+	if st != nil {
+		s.WatchedStreams = int32(st.Streams)
+		s.PendingWrites = int32(st.Writer.Pending)
+		if st.Writer.LastPushedCommit != "" {
+			s.LastPushedCommit = st.Writer.LastPushedCommit
+			t := metav1.NewTime(st.Writer.LastPushTime.Truncate(time.Second))
+			s.LastPushTime = &t
+		}
+		durable := metav1.Condition{Type: mirrorv1alpha1.ConditionCursorsDurable, Status: metav1.ConditionTrue, Reason: "Recorded",
+			Message: "watch resume cursors are recorded in Redis after each push", ObservedGeneration: target.Generation}
+		if !r.CursorsConfigured {
+			durable.Status, durable.Reason = metav1.ConditionFalse, "NotConfigured"
+			durable.Message = "no Redis is configured (--redis-addr): every restart replays and sweeps"
+		} else if st.Writer.CursorError != nil {
+			durable.Status, durable.Reason = metav1.ConditionFalse, "RedisUnavailable"
+			durable.Message = "commits continue, but resume cursors cannot be recorded; the next restart replays: " + st.Writer.CursorError.Error()
+		}
+		meta.SetStatusCondition(&s.Conditions, durable)
+	}
+	prevReady := meta.FindStatusCondition(old.Status.Conditions, mirrorv1alpha1.ConditionReady)
+	meta.SetStatusCondition(&s.Conditions, ready)
+	if equality.Semantic.DeepEqual(old.Status, target.Status) {
+		return nil
+	}
+	if r.Recorder != nil && (prevReady == nil || prevReady.Reason != ready.Reason) {
+		typ := corev1.EventTypeNormal
+		if ready.Status != metav1.ConditionTrue {
+			typ = corev1.EventTypeWarning
+		}
+		r.Recorder.Eventf(target, nil, typ, ready.Reason, "Reconcile", "%s", ready.Message)
+	}
+	if err := r.Client.Status().Patch(ctx, target, client.MergeFromWithOptions(old, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("patch GitTarget status: %w", err)
+	}
+	return nil
+}
+
+// matchGlob checks that a branch glob is well-formed.
+func matchGlob(g string) (bool, error) { return path.Match(g, "") }

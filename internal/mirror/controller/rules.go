@@ -1,0 +1,167 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
+)
+
+// RuleReconciler records the status of WatchRules and ClusterWatchRules: what they resolve to,
+// what is excluded, and whether their target exists.
+type RuleReconciler struct {
+	Client    client.Client
+	Discovery *Discovery
+	Recorder  events.EventRecorder
+	// Cluster selects ClusterWatchRules instead of WatchRules.
+	Cluster bool
+}
+
+// SetupWithManager registers the controller.
+func (r *RuleReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	var obj client.Object = &mirrorv1alpha1.WatchRule{}
+	name := "mirror-watchrule"
+	if r.Cluster {
+		obj, name = &mirrorv1alpha1.ClusterWatchRule{}, "mirror-clusterwatchrule"
+	}
+	return ctrl.NewControllerManagedBy(mgr).Named(name).
+		For(obj, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Complete(r)
+}
+
+// Reconcile resolves one rule and records its status.
+func (r *RuleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var (
+		obj        client.Object
+		spec       []mirrorv1alpha1.ResourceRule
+		status     *mirrorv1alpha1.WatchRuleStatus
+		targetKey  types.NamespacedName
+		namespaced = !r.Cluster
+		old        client.Object
+	)
+	if r.Cluster {
+		rule := &mirrorv1alpha1.ClusterWatchRule{}
+		if err := r.Client.Get(ctx, req.NamespacedName, rule); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+		obj, old, spec, status = rule, rule.DeepCopy(), rule.Spec.Rules, &rule.Status
+		targetKey = types.NamespacedName{Namespace: rule.Spec.TargetRef.Namespace, Name: rule.Spec.TargetRef.Name}
+	} else {
+		rule := &mirrorv1alpha1.WatchRule{}
+		if err := r.Client.Get(ctx, req.NamespacedName, rule); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+		obj, old, spec, status = rule, rule.DeepCopy(), rule.Spec.Rules, &rule.Status
+		targetKey = types.NamespacedName{Namespace: rule.Spec.TargetRef.Namespace, Name: rule.Spec.TargetRef.Name}
+		if targetKey.Namespace == "" {
+			targetKey.Namespace = rule.Namespace
+		}
+	}
+	prevStatus := *status.DeepCopy()
+	ready := metav1.Condition{Type: mirrorv1alpha1.ConditionReady, ObservedGeneration: obj.GetGeneration()}
+	res, rerr := r.Discovery.Resolve(spec, namespaced)
+	status.ObservedGeneration = obj.GetGeneration()
+	status.Resources = nil
+	for _, rs := range res.Resources {
+		status.Resources = append(status.Resources, rs.GVR.GroupResource().String()+"/"+rs.GVR.Version)
+	}
+	status.Excluded = res.Excluded
+	var target mirrorv1alpha1.GitTarget
+	terr := r.Client.Get(ctx, targetKey, &target)
+	switch {
+	case !r.Cluster && targetKey.Namespace != obj.GetNamespace():
+		ready.Status, ready.Reason = metav1.ConditionFalse, "CrossNamespaceNotAllowed"
+		ready.Message = fmt.Sprintf("a WatchRule may only write to a GitTarget in its own namespace %s", obj.GetNamespace())
+	case apierrors.IsNotFound(terr):
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "TargetNotFound", fmt.Sprintf("GitTarget %s not found", targetKey)
+	case terr != nil:
+		return ctrl.Result{}, terr
+	case rerr != nil:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "NoResources", rerr.Error()
+	default:
+		ready.Status, ready.Reason = metav1.ConditionTrue, "Resolved"
+		ready.Message = fmt.Sprintf("watching %s", strings.Join(status.Resources, ", "))
+	}
+	prev := meta.FindStatusCondition(prevStatus.Conditions, mirrorv1alpha1.ConditionReady)
+	meta.SetStatusCondition(&status.Conditions, ready)
+	if equality.Semantic.DeepEqual(prevStatus, *status) {
+		return ctrl.Result{RequeueAfter: resyncInterval}, nil
+	}
+	if r.Recorder != nil && (prev == nil || prev.Reason != ready.Reason) {
+		typ := corev1.EventTypeNormal
+		if ready.Status != metav1.ConditionTrue {
+			typ = corev1.EventTypeWarning
+		}
+		r.Recorder.Eventf(obj, nil, typ, ready.Reason, "Resolve", "%s", ready.Message)
+	}
+	if err := r.Client.Status().Patch(ctx, obj, client.MergeFromWithOptions(old, client.MergeFromWithOptimisticLock{})); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	return ctrl.Result{RequeueAfter: resyncInterval}, nil
+}
+
+// ProviderReconciler records whether a GitProvider's credentials load.
+type ProviderReconciler struct {
+	Client    client.Client
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+}
+
+// SetupWithManager registers the controller.
+func (r *ProviderReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).Named("mirror-gitprovider").
+		For(&mirrorv1alpha1.GitProvider{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Complete(r)
+}
+
+// Reconcile checks the provider's credentials and records Ready.
+func (r *ProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var p mirrorv1alpha1.GitProvider
+	if err := r.Client.Get(ctx, req.NamespacedName, &p); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	old := p.DeepCopy()
+	ready := metav1.Condition{Type: mirrorv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "CredentialsLoaded", Message: "credentials are usable", ObservedGeneration: p.Generation}
+	if _, _, err := loadCredentials(ctx, r.APIReader, &p); err != nil {
+		problem, ok := err.(*targetProblem)
+		if !ok {
+			return ctrl.Result{}, err
+		}
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, problem.reason, problem.message
+	}
+	for _, g := range p.Spec.AllowedBranches {
+		if _, err := matchGlob(g); err != nil {
+			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "InvalidBranchGlob", fmt.Sprintf("allowedBranches %q: %v", g, err)
+		}
+	}
+	p.Status.ObservedGeneration = p.Generation
+	prev := meta.FindStatusCondition(old.Status.Conditions, mirrorv1alpha1.ConditionReady)
+	meta.SetStatusCondition(&p.Status.Conditions, ready)
+	if equality.Semantic.DeepEqual(old.Status, p.Status) {
+		return ctrl.Result{RequeueAfter: resyncInterval}, nil
+	}
+	if r.Recorder != nil && (prev == nil || prev.Reason != ready.Reason) {
+		typ := corev1.EventTypeNormal
+		if ready.Status != metav1.ConditionTrue {
+			typ = corev1.EventTypeWarning
+		}
+		r.Recorder.Eventf(&p, nil, typ, ready.Reason, "Check", "%s", ready.Message)
+	}
+	if err := r.Client.Status().Patch(ctx, &p, client.MergeFromWithOptions(old, client.MergeFromWithOptimisticLock{})); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	return ctrl.Result{RequeueAfter: resyncInterval}, nil
+}

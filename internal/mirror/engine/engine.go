@@ -1,0 +1,364 @@
+// Package engine runs the mirror's watch streams and git writers on the elected leader: one
+// writer per (repository, branch), one stream per (GitTarget, resource, namespace scope). The
+// GitTarget controller tells it the desired state with Apply and Remove; the engine starts,
+// restarts and stops what changed.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
+	"github.com/siteops/siteops/internal/mirror/gitwriter"
+	"github.com/siteops/siteops/internal/mirror/watch"
+)
+
+// CursorStore reads and records durable watch cursors (the Redis store).
+type CursorStore interface {
+	watch.CursorLookup
+	gitwriter.CursorRecorder
+}
+
+// WriterSpec identifies a writer and the settings it runs with.
+type WriterSpec struct {
+	URL, Branch string
+	Auth        transport.AuthMethod
+	// AuthVersion changes whenever the credentials change (the Secret's resourceVersion).
+	AuthVersion string
+	Committer   gitwriter.Signature
+	Window      time.Duration
+}
+
+// StreamSpec is one watch of a target.
+type StreamSpec struct {
+	GVR        schema.GroupVersionResource
+	Namespace  string
+	Operations []mirrorv1alpha1.Operation
+}
+
+// TargetSpec is the desired state of one GitTarget.
+type TargetSpec struct {
+	UID           string
+	Path          string
+	IgnoreDeletes bool
+	Writer        WriterSpec
+	Streams       []StreamSpec
+}
+
+// TargetStatus is what the engine observes for one target.
+type TargetStatus struct {
+	Streams int
+	Writer  gitwriter.Status
+	// Replays counts full replays since the target started, by reason.
+	Replays map[string]int
+}
+
+type streamKey struct {
+	gvr schema.GroupVersionResource
+	ns  string
+}
+
+type runner struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (r *runner) stop() { r.cancel(); <-r.done }
+
+type targetRun struct {
+	spec    TargetSpec
+	writer  string
+	streams map[streamKey]*runner
+	specs   map[streamKey]StreamSpec
+	replays map[string]int
+}
+
+type writerRun struct {
+	spec WriterSpec
+	w    *gitwriter.Writer
+	run  *runner
+	// refs are the targets using the writer. Guarded by refsMu (not Engine.mu): the writer's
+	// status callback reads it while the engine may hold Engine.mu waiting for the writer.
+	refsMu sync.Mutex
+	refs   map[types.NamespacedName]bool
+}
+
+func (wr *writerRun) setRef(t types.NamespacedName, on bool) int {
+	wr.refsMu.Lock()
+	defer wr.refsMu.Unlock()
+	if on {
+		wr.refs[t] = true
+	} else {
+		delete(wr.refs, t)
+	}
+	return len(wr.refs)
+}
+
+func (wr *writerRun) refList() []types.NamespacedName {
+	wr.refsMu.Lock()
+	defer wr.refsMu.Unlock()
+	return slices.Collect(maps.Keys(wr.refs))
+}
+
+// Engine is a manager Runnable that needs leader election.
+type Engine struct {
+	dyn     dynamic.Interface
+	cursors CursorStore
+	// OnTargetChange is called with a target whenever its writer's status changes (a push, a
+	// failure), so its controller can record status. It must not block.
+	OnTargetChange func(types.NamespacedName)
+	// WriterHook, when set, adjusts every writer's config before it starts (tests, benchmarks).
+	WriterHook func(*gitwriter.Config)
+
+	mu      sync.Mutex
+	statsMu sync.Mutex
+	ctx     context.Context
+	started chan struct{}
+	targets map[types.NamespacedName]*targetRun
+	writers map[string]*writerRun
+}
+
+// New returns an engine reading with dyn and keeping cursors in cursors (nil: no cursors).
+func New(dyn dynamic.Interface, cursors CursorStore) *Engine {
+	return &Engine{dyn: dyn, cursors: cursors, started: make(chan struct{}), targets: map[types.NamespacedName]*targetRun{}, writers: map[string]*writerRun{}}
+}
+
+// NeedLeaderElection makes only the leader run watches and writers.
+func (e *Engine) NeedLeaderElection() bool { return true }
+
+// Start runs until ctx ends, then stops every stream and writer (writers push what they hold).
+func (e *Engine) Start(ctx context.Context) error {
+	e.mu.Lock()
+	e.ctx = ctx
+	close(e.started)
+	e.mu.Unlock()
+	<-ctx.Done()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for key, t := range e.targets {
+		e.stopStreams(t, slices.Collect(maps.Keys(t.streams)))
+		delete(e.targets, key)
+	}
+	for k, w := range e.writers {
+		w.run.stop()
+		delete(e.writers, k)
+	}
+	return nil
+}
+
+// ErrNotStarted says the engine is not running yet (not the leader); retry later.
+var ErrNotStarted = errors.New("mirror engine not started yet")
+
+func (e *Engine) running() bool {
+	select {
+	case <-e.started:
+		return e.ctx.Err() == nil
+	default:
+		return false
+	}
+}
+
+func writerKey(s WriterSpec) string { return s.URL + "#" + s.Branch }
+
+// Apply makes the running streams and writer of target match spec.
+func (e *Engine) Apply(target types.NamespacedName, spec TargetSpec) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.running() {
+		return ErrNotStarted
+	}
+	t := e.targets[target]
+	wk := writerKey(spec.Writer)
+	if t != nil && (t.writer != wk || t.spec.UID != spec.UID || t.spec.Path != spec.Path || t.spec.IgnoreDeletes != spec.IgnoreDeletes) {
+		e.removeLocked(target)
+		t = nil
+	}
+	if t == nil {
+		t = &targetRun{streams: map[streamKey]*runner{}, specs: map[streamKey]StreamSpec{}, replays: map[string]int{}}
+		e.targets[target] = t
+	}
+	t.spec, t.writer = spec, wk
+
+	wr := e.writers[wk]
+	desired := spec.Writer
+	if wr != nil {
+		// Writers shared by several targets batch with the shortest window among them.
+		for _, ref := range wr.refList() {
+			if ref != target && e.targets[ref] != nil && e.targets[ref].spec.Writer.Window < desired.Window {
+				desired.Window = e.targets[ref].spec.Writer.Window
+			}
+		}
+		if !sameWriter(wr.spec, desired) {
+			e.restartWriter(wr, desired)
+		}
+	} else {
+		wr = e.startWriter(desired)
+	}
+	wr.setRef(target, true)
+
+	want := map[streamKey]StreamSpec{}
+	for _, s := range spec.Streams {
+		want[streamKey{s.GVR, s.Namespace}] = s
+	}
+	var stale []streamKey
+	for k := range t.streams {
+		if s, ok := want[k]; !ok || !slices.Equal(s.Operations, t.specs[k].Operations) {
+			stale = append(stale, k)
+		}
+	}
+	e.stopStreams(t, stale)
+	for k, s := range want {
+		if t.streams[k] == nil {
+			e.startStream(target, t, wr, s)
+		}
+	}
+	return nil
+}
+
+func sameWriter(a, b WriterSpec) bool {
+	return a.URL == b.URL && a.Branch == b.Branch && a.AuthVersion == b.AuthVersion && a.Committer == b.Committer && a.Window == b.Window
+}
+
+// Remove stops the streams of target and releases its writer.
+func (e *Engine) Remove(target types.NamespacedName) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.removeLocked(target)
+}
+
+func (e *Engine) removeLocked(target types.NamespacedName) {
+	t := e.targets[target]
+	if t == nil {
+		return
+	}
+	e.stopStreams(t, slices.Collect(maps.Keys(t.streams)))
+	delete(e.targets, target)
+	if wr := e.writers[t.writer]; wr != nil {
+		if wr.setRef(target, false) == 0 {
+			wr.run.stop()
+			delete(e.writers, t.writer)
+		}
+	}
+}
+
+// Status reports what the engine runs for target.
+func (e *Engine) Status(target types.NamespacedName) (TargetStatus, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t := e.targets[target]
+	if t == nil {
+		return TargetStatus{}, false
+	}
+	e.statsMu.Lock()
+	st := TargetStatus{Streams: len(t.streams), Replays: maps.Clone(t.replays)}
+	e.statsMu.Unlock()
+	if wr := e.writers[t.writer]; wr != nil {
+		st.Writer = wr.w.Status()
+	}
+	return st, true
+}
+
+func (e *Engine) startWriter(spec WriterSpec) *writerRun {
+	wr := &writerRun{spec: spec, refs: map[types.NamespacedName]bool{}}
+	e.launchWriter(wr)
+	e.writers[writerKey(spec)] = wr
+	return wr
+}
+
+func (e *Engine) launchWriter(wr *writerRun) {
+	cfg := gitwriter.Config{URL: wr.spec.URL, Branch: wr.spec.Branch, Auth: wr.spec.Auth, Committer: wr.spec.Committer, Window: wr.spec.Window}
+	if e.cursors != nil {
+		cfg.Cursors = e.cursors
+	}
+	if e.WriterHook != nil {
+		e.WriterHook(&cfg)
+	}
+	wr.w = gitwriter.New(cfg)
+	wr.w.OnStatusChange(func() {
+		if e.OnTargetChange == nil {
+			return
+		}
+		for _, r := range wr.refList() {
+			e.OnTargetChange(r)
+		}
+	})
+	ctx, cancel := context.WithCancel(e.ctx)
+	ctx = logf.IntoContext(ctx, logf.FromContext(e.ctx).WithName("mirror-writer").WithValues("remote", wr.spec.URL, "branch", wr.spec.Branch))
+	run := &runner{cancel: cancel, done: make(chan struct{})}
+	w := wr.w
+	go func() { defer close(run.done); _ = w.Run(ctx) }()
+	wr.run = run
+}
+
+// restartWriter replaces a writer whose settings changed. Its targets' streams are stopped
+// first and restarted after, so they resume from the cursors the old writer recorded.
+func (e *Engine) restartWriter(wr *writerRun, spec WriterSpec) {
+	type restart struct {
+		target types.NamespacedName
+		t      *targetRun
+		specs  []StreamSpec
+	}
+	var rs []restart
+	for _, ref := range wr.refList() {
+		t := e.targets[ref]
+		if t == nil {
+			continue
+		}
+		rs = append(rs, restart{ref, t, slices.Collect(maps.Values(t.specs))})
+		e.stopStreams(t, slices.Collect(maps.Keys(t.streams)))
+	}
+	wr.run.stop()
+	wr.spec = spec
+	e.launchWriter(wr)
+	for _, r := range rs {
+		for _, s := range r.specs {
+			e.startStream(r.target, r.t, wr, s)
+		}
+	}
+}
+
+func (e *Engine) startStream(target types.NamespacedName, t *targetRun, wr *writerRun, s StreamSpec) {
+	k := streamKey{s.GVR, s.Namespace}
+	cfg := watch.Config{
+		Client: e.dyn, GVR: s.GVR, Namespace: s.Namespace, TargetUID: t.spec.UID, BasePath: t.spec.Path,
+		IgnoreDeletes: t.spec.IgnoreDeletes, Operations: s.Operations, Sink: wr.w,
+		OnReplay: func(reason string) {
+			e.statsMu.Lock()
+			t.replays[reason]++
+			e.statsMu.Unlock()
+		},
+	}
+	if e.cursors != nil {
+		cfg.Cursors = e.cursors
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	ctx = logf.IntoContext(ctx, logf.FromContext(e.ctx).WithName("mirror-watch").WithValues("gitTarget", target.String()))
+	run := &runner{cancel: cancel, done: make(chan struct{})}
+	st := watch.New(cfg)
+	go func() { defer close(run.done); _ = st.Run(ctx) }()
+	t.streams[k], t.specs[k] = run, s
+}
+
+func (e *Engine) stopStreams(t *targetRun, keys []streamKey) {
+	for _, k := range keys {
+		if r := t.streams[k]; r != nil {
+			r.stop()
+		}
+		delete(t.streams, k)
+		delete(t.specs, k)
+	}
+}
+
+// String describes the engine for logs.
+func (e *Engine) String() string { return fmt.Sprintf("mirror engine (%d targets)", len(e.targets)) }

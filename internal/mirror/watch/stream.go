@@ -1,0 +1,333 @@
+// Package watch runs one watch stream per (GitTarget, resource, namespace scope) and turns its
+// events into writer ops. A stream resumes from its durable cursor; without one (or when the
+// API server answers 410 Gone) it replays the current state with initial events (falling back to
+// list+watch) and then sweeps the files of objects that no longer exist.
+package watch
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
+	"github.com/siteops/siteops/internal/mirror/gitwriter"
+	"github.com/siteops/siteops/internal/mirror/metrics"
+	"github.com/siteops/siteops/internal/mirror/sanitize"
+)
+
+// Sink receives the stream's ops in order (the git writer).
+type Sink interface {
+	Enqueue(ctx context.Context, op gitwriter.Op) error
+}
+
+// CursorLookup reads durable cursors (the Redis store).
+type CursorLookup interface {
+	LookupWatchCursor(ctx context.Context, gitTargetUID string, gvr schema.GroupVersionResource, namespace string) (string, bool)
+}
+
+// Config describes one stream.
+type Config struct {
+	// Client reads the watched resource.
+	Client dynamic.Interface
+	// GVR is the watched resource; Namespace its namespace ("" for a cluster-scoped resource).
+	GVR       schema.GroupVersionResource
+	Namespace string
+	// TargetUID keys the cursor; BasePath is the GitTarget's folder.
+	TargetUID string
+	BasePath  string
+	// IgnoreDeletes keeps files of deleted objects (GitTarget deletes: ignore).
+	IgnoreDeletes bool
+	// Operations are the event kinds to mirror; empty means all.
+	Operations []mirrorv1alpha1.Operation
+	// Sink receives ops; Cursors (may be nil) provides the resume position.
+	Sink    Sink
+	Cursors CursorLookup
+	// OnReplay, when set, is called with the reason whenever a full replay starts.
+	OnReplay func(reason string)
+}
+
+// Stream is one running watch.
+type Stream struct {
+	cfg Config
+	gr  schema.GroupResource
+}
+
+// New returns a stream for cfg.
+func New(cfg Config) *Stream {
+	return &Stream{cfg: cfg, gr: cfg.GVR.GroupResource()}
+}
+
+// errGone says the watch's resourceVersion is too old: replay.
+type errGone struct{ err error }
+
+func (e errGone) Error() string { return e.err.Error() }
+
+// Run watches until ctx ends, reconnecting with backoff.
+func (s *Stream) Run(ctx context.Context) error {
+	log := logf.FromContext(ctx).WithValues("resource", s.gr.String(), "namespace", s.cfg.Namespace)
+	ctx = logf.IntoContext(ctx, log)
+	rv, ok := "", false
+	if s.cfg.Cursors != nil {
+		rv, ok = s.cfg.Cursors.LookupWatchCursor(ctx, s.cfg.TargetUID, s.cfg.GVR, s.cfg.Namespace)
+	}
+	replay := ""
+	if !ok {
+		replay = "no-cursor"
+	} else {
+		log.Info("resuming watch from cursor", "resourceVersion", rv)
+	}
+	backoff := 500 * time.Millisecond
+	for ctx.Err() == nil {
+		var err error
+		if replay != "" {
+			metrics.Replays.WithLabelValues(replay).Inc()
+			if s.cfg.OnReplay != nil {
+				s.cfg.OnReplay(replay)
+			}
+			log.Info("replaying current state", "reason", replay)
+			rv, err = s.replay(ctx)
+			if err == nil {
+				replay = ""
+			}
+		}
+		if err == nil {
+			var progressed bool
+			rv, progressed, err = s.watch(ctx, rv)
+			if progressed {
+				backoff = 500 * time.Millisecond
+			}
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if _, gone := err.(errGone); gone || apierrors.IsGone(err) || apierrors.IsResourceExpired(err) {
+			log.Info("watch cursor expired; replaying", "resourceVersion", rv)
+			replay = "expired"
+			continue
+		}
+		if err != nil {
+			log.Error(err, "watch failed; reconnecting", "in", backoff)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		if err != nil {
+			backoff = min(2*backoff, 30*time.Second)
+		}
+	}
+	return nil
+}
+
+func (s *Stream) resource() dynamic.ResourceInterface {
+	if s.cfg.Namespace == "" {
+		return s.cfg.Client.Resource(s.cfg.GVR)
+	}
+	return s.cfg.Client.Resource(s.cfg.GVR).Namespace(s.cfg.Namespace)
+}
+
+// replay sends the current state followed by a sweep, and returns the resourceVersion to
+// watch from. It uses initial events when the server offers them, else a paginated list.
+func (s *Stream) replay(ctx context.Context) (string, error) {
+	keep := map[string]struct{}{}
+	send := true
+	rv, err := s.initialEvents(ctx, keep)
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", err
+		}
+		logf.FromContext(ctx).V(1).Info("initial events unavailable; listing", "error", err.Error())
+		clear(keep)
+		rv, err = s.list(ctx, keep)
+	}
+	if err != nil || !send {
+		return "", err
+	}
+	op := gitwriter.Op{Kind: gitwriter.OpMark, Cursor: s.cursor(rv)}
+	if !s.cfg.IgnoreDeletes {
+		op.Kind = gitwriter.OpSweep
+		op.SweepDir = sanitize.Dir(s.cfg.BasePath, s.gr, s.cfg.Namespace)
+		op.Keep = keep
+		op.SweepRefPrefix = s.cfg.GVR.GroupVersion().String() + "/" + s.gr.Resource + "/" + nsOrCluster(s.cfg.Namespace) + "/"
+	}
+	return rv, s.cfg.Sink.Enqueue(ctx, op)
+}
+
+func nsOrCluster(ns string) string {
+	if ns == "" {
+		return sanitize.ClusterScopeDir
+	}
+	return ns
+}
+
+// initialEvents streams the current state as ADDED events ending with the initial-events-end
+// bookmark, then stops; the caller continues with a normal watch from the bookmark.
+func (s *Stream) initialEvents(ctx context.Context, keep map[string]struct{}) (string, error) {
+	send := true
+	w, err := s.resource().Watch(ctx, metav1.ListOptions{
+		SendInitialEvents:    &send,
+		ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
+		AllowWatchBookmarks:  true,
+	})
+	if err != nil {
+		return "", err
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return "", fmt.Errorf("watch closed before the initial events ended")
+			}
+			switch ev.Type {
+			case watch.Error:
+				return "", apierrors.FromObject(ev.Object)
+			case watch.Bookmark:
+				obj, _ := ev.Object.(*unstructured.Unstructured)
+				if obj != nil && obj.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
+					return obj.GetResourceVersion(), nil
+				}
+			case watch.Added, watch.Modified:
+				obj, _ := ev.Object.(*unstructured.Unstructured)
+				if obj == nil {
+					continue
+				}
+				if err := s.handle(ctx, watch.Added, obj, keep, true); err != nil {
+					return "", err
+				}
+			}
+		}
+	}
+}
+
+func (s *Stream) list(ctx context.Context, keep map[string]struct{}) (string, error) {
+	opts := metav1.ListOptions{Limit: 500}
+	for {
+		l, err := s.resource().List(ctx, opts)
+		if err != nil {
+			return "", fmt.Errorf("list %s: %w", s.gr, err)
+		}
+		for i := range l.Items {
+			if err := s.handle(ctx, watch.Added, &l.Items[i], keep, true); err != nil {
+				return "", err
+			}
+		}
+		if l.GetContinue() == "" {
+			return l.GetResourceVersion(), nil
+		}
+		opts.Continue = l.GetContinue()
+	}
+}
+
+// watch follows changes from rv until the watch ends and returns the last resourceVersion seen
+// and whether any event arrived.
+func (s *Stream) watch(ctx context.Context, rv string) (string, bool, error) {
+	timeout := int64(300 + rand.IntN(300))
+	w, err := s.resource().Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &timeout})
+	if err != nil {
+		return rv, false, err
+	}
+	defer w.Stop()
+	progressed := false
+	for {
+		select {
+		case <-ctx.Done():
+			return rv, progressed, nil
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return rv, progressed, nil
+			}
+			if ev.Type == watch.Error {
+				err := apierrors.FromObject(ev.Object)
+				if apierrors.IsGone(err) || apierrors.IsResourceExpired(err) {
+					return rv, progressed, errGone{err}
+				}
+				return rv, progressed, err
+			}
+			obj, _ := ev.Object.(*unstructured.Unstructured)
+			if obj == nil {
+				continue
+			}
+			progressed = true
+			if ev.Type == watch.Bookmark {
+				metrics.Events.WithLabelValues("bookmark").Inc()
+				rv = obj.GetResourceVersion()
+				if err := s.cfg.Sink.Enqueue(ctx, gitwriter.Op{Kind: gitwriter.OpMark, Cursor: s.cursor(rv)}); err != nil {
+					return rv, progressed, err
+				}
+				continue
+			}
+			if err := s.handle(ctx, ev.Type, obj, nil, false); err != nil {
+				return rv, progressed, err
+			}
+			rv = obj.GetResourceVersion()
+		}
+	}
+}
+
+func (s *Stream) cursor(rv string) gitwriter.Cursor {
+	return gitwriter.Cursor{TargetUID: s.cfg.TargetUID, GVR: s.cfg.GVR, Namespace: s.cfg.Namespace, RV: rv}
+}
+
+func (s *Stream) allowed(op mirrorv1alpha1.Operation) bool {
+	return len(s.cfg.Operations) == 0 || slices.Contains(s.cfg.Operations, op) || slices.Contains(s.cfg.Operations, mirrorv1alpha1.OperationAll)
+}
+
+// handle turns one object event into an op. During a replay, ops carry no cursor (initial
+// events are not in resourceVersion order; the sweep carries it) and kept paths are collected.
+func (s *Stream) handle(ctx context.Context, typ watch.EventType, obj *unstructured.Unstructured, keep map[string]struct{}, replaying bool) error {
+	metrics.Events.WithLabelValues(string(typ)).Inc()
+	now := time.Now()
+	cursor := gitwriter.Cursor{}
+	if !replaying {
+		cursor = s.cursor(obj.GetResourceVersion())
+	}
+	mark := gitwriter.Op{Kind: gitwriter.OpMark, Cursor: cursor}
+	path := sanitize.Path(s.cfg.BasePath, s.gr, obj.GetNamespace(), obj.GetName())
+	ref := s.cfg.GVR.GroupVersion().String() + "/" + s.gr.Resource + "/" + nsOrCluster(obj.GetNamespace()) + "/" + obj.GetName()
+	deleted := typ == watch.Deleted || obj.GetDeletionTimestamp() != nil
+	if keep != nil && !deleted {
+		// Kept even if skipped below: the sweep must not remove a file that a rule no longer
+		// updates (operations filter) but whose object still exists.
+		keep[path] = struct{}{}
+	}
+	if reason := sanitize.SkipReason(s.gr, obj); reason != "" {
+		metrics.Events.WithLabelValues("skipped").Inc()
+		return s.cfg.Sink.Enqueue(ctx, mark)
+	}
+	var op mirrorv1alpha1.Operation
+	switch {
+	case deleted:
+		op = mirrorv1alpha1.OperationDelete
+	case typ == watch.Added:
+		op = mirrorv1alpha1.OperationCreate
+	default:
+		op = mirrorv1alpha1.OperationUpdate
+	}
+	if !s.allowed(op) || (deleted && s.cfg.IgnoreDeletes) {
+		return s.cfg.Sink.Enqueue(ctx, mark)
+	}
+	if deleted {
+		return s.cfg.Sink.Enqueue(ctx, gitwriter.Op{Kind: gitwriter.OpDelete, Change: gitwriter.Change{Path: path, Ref: ref, Received: now}, Cursor: cursor})
+	}
+	content, err := sanitize.Object(obj)
+	if err != nil {
+		// A malformed object must not stop the stream: log it and move on.
+		logf.FromContext(ctx).Error(err, "sanitize object; skipped", "name", obj.GetName())
+		return s.cfg.Sink.Enqueue(ctx, mark)
+	}
+	return s.cfg.Sink.Enqueue(ctx, gitwriter.Op{Kind: gitwriter.OpUpsert, Change: gitwriter.Change{Path: path, Content: content, Ref: ref, Received: now}, Cursor: cursor})
+}
