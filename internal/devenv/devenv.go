@@ -112,6 +112,11 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 	if mo.ProbeAddr, err = loopbackAddr(); err != nil {
 		return nil, err
 	}
+	if webhooksWanted(&mo) {
+		if err := installWebhooks(ctx, env.Client, o.StateDir, &mo); err != nil {
+			return nil, err
+		}
+	}
 	mgr, err := manager.New(api.Config, mo)
 	if err != nil {
 		return nil, err
@@ -136,6 +141,11 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 			return nil, fmt.Errorf("manager stopped during start-up: %w", err)
 		default:
 			return nil, errors.New("manager caches did not sync within a minute")
+		}
+	}
+	if webhooksWanted(&mo) {
+		if err := waitForWebhookServer(ctx, mgr); err != nil {
+			return nil, err
 		}
 	}
 	ctrl.Log.WithName("dev").Info("manager running", "controllers", mo.Controllers)
