@@ -1,0 +1,242 @@
+package source
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Default GitHub endpoints; GitHub Enterprise and tests configure their own.
+const (
+	DefaultGitHubAPIURL     = "https://api.github.com"
+	DefaultGitHubArchiveURL = "https://codeload.github.com"
+)
+
+var shaPattern = regexp.MustCompile(`^[0-9a-f]{40}$`)
+
+// IsCommitSHA reports whether ref is a full commit SHA (never re-resolved, never polled).
+func IsCommitSHA(ref string) bool { return shaPattern.MatchString(strings.ToLower(ref)) }
+
+// GitHub fetches Decofile content from GitHub repositories.
+type GitHub struct {
+	// APIURL is the REST API base (commits API); default DefaultGitHubAPIURL.
+	APIURL string
+	// ArchiveURL serves <org>/<repo>/zip/<sha>; default DefaultGitHubArchiveURL.
+	ArchiveURL string
+	// HTTP is the client used; nil means a client with a 5-minute timeout.
+	HTTP *http.Client
+	// Limits bound the archive and its content.
+	Limits Limits
+	// TempDir holds downloaded archives while they are read; "" means the OS default.
+	TempDir string
+	// Observe, when set, is told about every request: kind (resolve or archive) and status code
+	// (0 for a transport error).
+	Observe func(kind string, code int)
+
+	mu    sync.Mutex
+	etags map[string]etagEntry // "org/repo@ref|token-hash" → last answer
+}
+
+type etagEntry struct{ etag, sha string }
+
+func (g *GitHub) client() *http.Client {
+	if g.HTTP != nil {
+		return g.HTTP
+	}
+	return &http.Client{Timeout: 5 * time.Minute}
+}
+
+func (g *GitHub) observe(kind string, code int) {
+	if g.Observe != nil {
+		g.Observe(kind, code)
+	}
+}
+
+func base(u, def string) string {
+	if u == "" {
+		u = def
+	}
+	return strings.TrimRight(u, "/")
+}
+
+// Resolve returns the commit SHA of ref (a SHA, branch or tag) in org/repo. It uses conditional
+// requests: an unchanged ref costs a 304 that GitHub does not count against the rate limit.
+func (g *GitHub) Resolve(ctx context.Context, org, repo, ref, token string) (string, error) {
+	if IsCommitSHA(ref) {
+		return strings.ToLower(ref), nil
+	}
+	u := fmt.Sprintf("%s/repos/%s/%s/commits/%s", base(g.APIURL, DefaultGitHubAPIURL), url.PathEscape(org), url.PathEscape(repo), url.PathEscape(ref))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return "", errorf(ReasonInvalidContent, false, "build commits request: %w", err)
+	}
+	req.Header.Set("Accept", "application/vnd.github.sha")
+	req.Header.Set("X-GitHub-Api-Version", "2022-11-28")
+	if token != "" {
+		req.Header.Set("Authorization", "token "+token)
+	}
+	key := org + "/" + repo + "@" + ref + "|" + strconv.FormatUint(fnv(token), 16)
+	g.mu.Lock()
+	cached, hasCached := g.etags[key]
+	g.mu.Unlock()
+	if hasCached {
+		req.Header.Set("If-None-Match", cached.etag)
+	}
+	resp, err := g.client().Do(req)
+	if err != nil {
+		g.observe("resolve", 0)
+		return "", errorf(ReasonUnavailable, true, "resolve %s/%s@%s: %w", org, repo, ref, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	g.observe("resolve", resp.StatusCode)
+	switch {
+	case resp.StatusCode == http.StatusNotModified && hasCached:
+		return cached.sha, nil
+	case resp.StatusCode == http.StatusOK:
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		if err != nil {
+			return "", errorf(ReasonUnavailable, true, "resolve %s/%s@%s: read answer: %w", org, repo, ref, err)
+		}
+		sha := strings.ToLower(strings.TrimSpace(string(body)))
+		if !IsCommitSHA(sha) {
+			return "", errorf(ReasonUnavailable, true, "resolve %s/%s@%s: the commits API answered %q, not a commit SHA; check --github-api-url", org, repo, ref, truncate(sha, 80))
+		}
+		if et := resp.Header.Get("ETag"); et != "" {
+			g.mu.Lock()
+			if g.etags == nil {
+				g.etags = map[string]etagEntry{}
+			}
+			g.etags[key] = etagEntry{etag: et, sha: sha}
+			g.mu.Unlock()
+		}
+		return sha, nil
+	case resp.StatusCode == http.StatusUnprocessableEntity:
+		return "", errorf(ReasonNotFound, false, "%s/%s has no branch, tag or commit %q", org, repo, ref)
+	default:
+		return "", statusError(resp, "resolve", org, repo, ref, token != "")
+	}
+}
+
+// Fetch downloads the ZIP archive of commit sha and extracts the block files under folder. The
+// archive is streamed to a temporary file (never held in memory) and refused past the limit.
+func (g *GitHub) Fetch(ctx context.Context, org, repo, sha, folder, token string) (Blocks, error) {
+	l := g.Limits.withDefaults()
+	u := fmt.Sprintf("%s/%s/%s/zip/%s", base(g.ArchiveURL, DefaultGitHubArchiveURL), url.PathEscape(org), url.PathEscape(repo), url.PathEscape(sha))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, errorf(ReasonInvalidContent, false, "build archive request: %w", err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "token "+token)
+	}
+	resp, err := g.client().Do(req)
+	if err != nil {
+		g.observe("archive", 0)
+		return nil, errorf(ReasonUnavailable, true, "download archive of %s/%s@%s: %w", org, repo, sha, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	g.observe("archive", resp.StatusCode)
+	if resp.StatusCode != http.StatusOK {
+		return nil, statusError(resp, "download archive of", org, repo, sha, token != "")
+	}
+	if resp.ContentLength > l.ArchiveBytes {
+		return nil, errorf(ReasonLimitExceeded, false, "archive of %s/%s@%s is %d bytes, over the %d-byte limit (limit: archive bytes)", org, repo, sha, resp.ContentLength, l.ArchiveBytes)
+	}
+	f, err := os.CreateTemp(g.TempDir, "decofile-*.zip")
+	if err != nil {
+		return nil, errorf(ReasonUnavailable, true, "create temporary file for the archive: %w", err)
+	}
+	defer func() { _ = f.Close(); _ = os.Remove(f.Name()) }()
+	n, err := io.Copy(f, io.LimitReader(resp.Body, l.ArchiveBytes+1))
+	if err != nil {
+		return nil, errorf(ReasonUnavailable, true, "download archive of %s/%s@%s: %w", org, repo, sha, err)
+	}
+	if n > l.ArchiveBytes {
+		return nil, errorf(ReasonLimitExceeded, false, "archive of %s/%s@%s is more than %d bytes, over the limit (limit: archive bytes)", org, repo, sha, l.ArchiveBytes)
+	}
+	return ExtractZip(f, n, folder, ZipOptions{StripTopDir: true}, l)
+}
+
+func statusError(resp *http.Response, what, org, repo, ref string, withToken bool) error {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	detail := truncate(strings.TrimSpace(string(body)), 200)
+	code := resp.StatusCode
+	target := fmt.Sprintf("%s %s/%s@%s", what, org, repo, ref)
+	switch {
+	case code == http.StatusTooManyRequests || (code == http.StatusForbidden && resp.Header.Get("X-RateLimit-Remaining") == "0"):
+		return errorf(ReasonUnavailable, true, "%s: rate limited by GitHub (HTTP %d); retrying", target, code)
+	case code == http.StatusUnauthorized || code == http.StatusForbidden:
+		return errorf(ReasonUnauthorized, false, "%s: GitHub refused the token (HTTP %d %s); check the token in spec.github.secret or the operator's GITHUB_TOKEN", target, code, detail)
+	case code == http.StatusNotFound && !withToken:
+		return errorf(ReasonNotFound, false, "%s: not found (HTTP 404) and no token was sent; if the repository is private, set spec.github.secret to a Secret with key \"token\", or add org %q to the operator's --github-token-orgs", target, org)
+	case code == http.StatusNotFound:
+		return errorf(ReasonNotFound, false, "%s: not found (HTTP 404); check org, repo and commit, and that the token can read the repository", target)
+	case code >= 500:
+		return errorf(ReasonUnavailable, true, "%s: GitHub answered HTTP %d; retrying", target, code)
+	default:
+		return errorf(ReasonUnavailable, true, "%s: unexpected HTTP %d %s", target, code, detail)
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// fnv hashes the token so the ETag cache is per credential without keeping tokens as keys.
+func fnv(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// TokenPolicy decides which GitHub token a Decofile may use.
+type TokenPolicy struct {
+	// Fallback is the operator's own token (GITHUB_TOKEN).
+	Fallback string
+	// AllowedOrgs may use Fallback; "*" allows every org. Matching ignores case.
+	AllowedOrgs []string
+}
+
+// Token origins returned by TokenPolicy.Choose.
+const (
+	TokenFromSecret   = "secret"
+	TokenFromFallback = "fallback"
+	TokenNone         = "none"
+)
+
+// Choose returns the token for a repository of org: the Decofile's own secretToken when it has
+// one, else the fallback when org is allowed, else none. The fallback is never lent to other
+// orgs, so a Decofile cannot read repositories the operator's token happens to reach.
+func (p TokenPolicy) Choose(org, secretToken string) (token, from string) {
+	if secretToken != "" {
+		return secretToken, TokenFromSecret
+	}
+	if p.Fallback != "" && p.Allows(org) {
+		return p.Fallback, TokenFromFallback
+	}
+	return "", TokenNone
+}
+
+// Allows reports whether org may use the fallback token.
+func (p TokenPolicy) Allows(org string) bool {
+	for _, o := range p.AllowedOrgs {
+		if o == "*" || strings.EqualFold(o, org) {
+			return true
+		}
+	}
+	return false
+}
