@@ -48,14 +48,14 @@ func wantReason(t *testing.T, err error, reason string, mentions ...string) {
 
 func TestExtractNamesAndFolderBoundaries(t *testing.T) {
 	b, err := extract(t, map[string]string{
-		".deco/blocks/Campaign%20Timer%20-%2001.json": `{"a":1}`,
-		".deco/blocks/pages-produto+123.json":          `{"plus":true}`,
+		".deco/blocks/Campaign%20Timer%20-%2001.json":     `{"a":1}`,
+		".deco/blocks/pages-produto+123.json":             `{"plus":true}`,
 		".deco/blocks/Ma%C3%A7%C3%A3%20%F0%9F%8D%8E.json": `{"unicode":"maçã"}`,
-		".deco/blocks/nested/deeper/Header.json":       `{"n":1}`,
-		".deco/blocks/readme.md":                       `not a block`,
-		".deco/blocks/100%.json":                       `{"bad-escape":true}`,
-		".deco/blocksX/Sibling.json":                   `{"must":"not match"}`,
-		".deco/other.json":                             `{"outside":true}`,
+		".deco/blocks/nested/deeper/Header.json":          `{"n":1}`,
+		".deco/blocks/readme.md":                          `not a block`,
+		".deco/blocks/100%.json":                          `{"bad-escape":true}`,
+		".deco/blocksX/Sibling.json":                      `{"must":"not match"}`,
+		".deco/other.json":                                `{"outside":true}`,
 	}, "./.deco/blocks/", Limits{})
 	if err != nil {
 		t.Fatal(err)

@@ -1,9 +1,9 @@
 package source
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"context"
 	"net/http"
 	"os"
 	"os/exec"
