@@ -1,0 +1,55 @@
+// Package metrics holds the tenant part's Prometheus metrics, named exactly as the operator's
+// published dashboards expect, registered with controller-runtime's registry.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Operations labelling ACLErrors.
+const (
+	OpUpsert = "upsert"
+	OpDelete = "delete"
+	OpCheck  = "check"
+)
+
+var (
+	// Provisioned counts ACL users created for a namespace (first provision or new credentials).
+	Provisioned = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "deco_operator_valkey_acl_provisioned_total",
+		Help: "ACL users provisioned.",
+	})
+	// Deleted counts ACL users removed on namespace deletion or opt-out.
+	Deleted = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "deco_operator_valkey_acl_deleted_total",
+		Help: "ACL users deleted on namespace removal.",
+	})
+	// Errors counts failed operations by kind.
+	Errors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "deco_operator_valkey_acl_errors_total",
+		Help: "Errors by operation (upsert/delete/check).",
+	}, []string{"operation"})
+	// SelfHealed counts users found missing on a node and provisioned again.
+	SelfHealed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "deco_operator_valkey_acl_self_healed_total",
+		Help: "Re-provisions after ACL loss.",
+	})
+	// Tenants is the number of namespaces with provisioned credentials.
+	Tenants = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "deco_operator_valkey_tenants_provisioned",
+		Help: "Current provisioned tenants (seeded on startup).",
+	})
+	// Failovers counts Sentinel +switch-master events, once per failover.
+	Failovers = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "deco_operator_valkey_sentinel_failovers_total",
+		Help: "Sentinel +switch-master events detected.",
+	})
+)
+
+func init() {
+	crmetrics.Registry.MustRegister(Provisioned, Deleted, Errors, SelfHealed, Tenants, Failovers)
+	for _, op := range []string{OpUpsert, OpDelete, OpCheck} {
+		Errors.WithLabelValues(op)
+	}
+}
