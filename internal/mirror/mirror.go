@@ -31,8 +31,11 @@ type Options struct {
 	RedisDB int
 	// RedisTLS connects over TLS.
 	RedisTLS bool
-	// RedisKeyPrefix is the root of every key; see store.ValidateKeyPrefix.
+	// RedisKeyPrefix is the root of every key; see store.ValidateKeyPrefix. Empty in code means
+	// store.DefaultKeyPrefix; an explicitly empty --redis-key-prefix is rejected.
 	RedisKeyPrefix string
+
+	flags *pflag.FlagSet
 }
 
 // BindFlags registers the part's flags.
@@ -43,6 +46,7 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	if o.RedisKeyPrefix == "" {
 		o.RedisKeyPrefix = store.DefaultKeyPrefix
 	}
+	o.flags = fs
 	fs.StringVar(&o.RedisAddr, "redis-addr", o.RedisAddr, "mirror: host:port of the Redis/Valkey server holding the watch resume cursors (without it every restart replays)")
 	fs.StringVar(&o.RedisUsername, "redis-username", o.RedisUsername, "mirror: Redis ACL user name")
 	fs.StringVar(&o.RedisPassword, "redis-password", o.RedisPassword, "mirror: Redis password (default $REDIS_PASSWORD)")
@@ -57,7 +61,11 @@ func (o *Options) Validate() error {
 	if o.RedisDB < 0 {
 		errs = append(errs, fmt.Errorf("--redis-db %d: must be 0 or more", o.RedisDB))
 	}
-	if _, err := store.ValidateKeyPrefix(o.RedisKeyPrefix); err != nil {
+	prefix := o.RedisKeyPrefix
+	if prefix == "" && (o.flags == nil || !o.flags.Changed("redis-key-prefix")) {
+		prefix = store.DefaultKeyPrefix
+	}
+	if _, err := store.ValidateKeyPrefix(prefix); err != nil {
 		errs = append(errs, fmt.Errorf("--redis-key-prefix: %w", err))
 	}
 	return errors.Join(errs...)

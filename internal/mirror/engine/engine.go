@@ -294,7 +294,7 @@ func (e *Engine) launchWriter(wr *writerRun) {
 		}
 	})
 	ctx, cancel := context.WithCancel(e.ctx)
-	ctx = logf.IntoContext(ctx, logf.FromContext(e.ctx).WithName("mirror-writer").WithValues("remote", wr.spec.URL, "branch", wr.spec.Branch))
+	ctx = logf.IntoContext(ctx, logf.FromContext(e.ctx).WithName("mirror-writer"))
 	run := &runner{cancel: cancel, done: make(chan struct{})}
 	w := wr.w
 	go func() { defer close(run.done); _ = w.Run(ctx) }()
