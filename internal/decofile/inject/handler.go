@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -61,7 +62,8 @@ func (h *Injector) Handle(ctx context.Context, req admission.Request) admission.
 		return admission.Allowed("")
 	}
 	obj := &unstructured.Unstructured{}
-	if err := obj.UnmarshalJSON(req.Object.Raw); err != nil {
+	// util/json keeps integers as int64, as unstructured objects expect.
+	if err := utiljson.Unmarshal(req.Object.Raw, &obj.Object); err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode %s: %w", req.Kind.Kind, err))
 	}
 	tpl, err := ReadTemplate(obj)

@@ -2,10 +2,12 @@ package inject_test
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -13,8 +15,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/decofile/inject"
@@ -574,5 +578,114 @@ func TestDecofileDeleteDeniedWhileReferenced(t *testing.T) {
 	}
 	if err := c.Client.Delete(ctx, d.DeepCopy()); err != nil {
 		t.Fatalf("delete after the last reference went: %v", err)
+	}
+}
+
+func TestNotReadyDecofile(t *testing.T) {
+	c := cluster(t)
+	ctx := context.Background()
+	ns := c.Namespace(t, "inject-notready", nil)
+	wc := newWarningClient(t, c)
+	d := &decov1.Decofile{
+		ObjectMeta: metav1.ObjectMeta{Name: "fresh", Namespace: ns},
+		Spec: decov1.DecofileSpec{Source: decov1.SourceInline, Inline: &decov1.InlineSource{
+			Value: map[string]apiextensionsv1.JSON{"home": {Raw: []byte(`{}`)}},
+		}},
+	}
+	if err := c.Client.Create(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+
+	// No status, no ConfigMap, no reload Secret: admitted, injected as json, both named.
+	dep := deployment(ns, "first", map[string]string{decov1.AnnotationInject: "fresh"}, nil, "app")
+	if err := wc.Create(ctx, dep); err != nil {
+		t.Fatalf("a workload of an unready Decofile must be admitted: %v", err)
+	}
+	w := strings.Join(wc.Take(), "\n")
+	for _, want := range []string{`ConfigMap "decofile-fresh"`, `reload Secret "decofile-fresh-reload"`} {
+		if !strings.Contains(w, want) {
+			t.Errorf("warnings %q do not name %s", w, want)
+		}
+	}
+	if e := env(container(t, template(t, c.Client, dep), "app"), decov1.EnvRelease); e == nil || !strings.HasSuffix(e.Value, decov1.KeyJSON) {
+		t.Errorf("%s = %+v", decov1.EnvRelease, e)
+	}
+
+	// The ConfigMap exists with .bin before status says so: its keys decide.
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: d.ConfigMapName(), Namespace: ns}, Data: map[string]string{decov1.KeyBin: "x", decov1.KeyTimestamp: "1"}}
+	if err := c.Client.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	dep2 := deployment(ns, "second", map[string]string{decov1.AnnotationInject: "fresh"}, nil, "app")
+	if err := wc.Create(ctx, dep2); err != nil {
+		t.Fatal(err)
+	}
+	if e := env(container(t, template(t, c.Client, dep2), "app"), decov1.EnvRelease); e == nil || !strings.HasSuffix(e.Value, decov1.KeyBin) {
+		t.Errorf("%s = %+v, want the .bin file the ConfigMap holds", decov1.EnvRelease, e)
+	}
+
+	// A Ready=False condition is passed on.
+	meta := metav1.Condition{Type: decov1.ConditionReady, Status: metav1.ConditionFalse, Reason: decov1.ReasonTooLarge, Message: "too big for a ConfigMap", LastTransitionTime: metav1.Now()}
+	d.Status.Conditions = []metav1.Condition{meta}
+	if err := c.Client.Status().Update(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	wc.Take()
+	dep3 := deployment(ns, "third", map[string]string{decov1.AnnotationInject: "fresh"}, nil, "app")
+	if err := wc.Create(ctx, dep3); err != nil {
+		t.Fatal(err)
+	}
+	if w := strings.Join(wc.Take(), "\n"); !strings.Contains(w, "too big for a ConfigMap") {
+		t.Errorf("warnings %q do not pass on the Ready condition", w)
+	}
+}
+
+func TestS3NotConfiguredAdmitsWithWarning(t *testing.T) {
+	c := cluster(t)
+	ctx := context.Background()
+	ns := c.Namespace(t, "inject-nos3", nil)
+	decofile(t, c.Client, ns, "s3site", "", decov1.TargetS3, "")
+	h := &inject.Injector{Reader: c.Client} // no S3 configuration
+	dep := deployment(ns, "site", map[string]string{decov1.AnnotationInject: "s3site"}, nil, "app")
+	raw, err := json.Marshal(dep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := h.Handle(ctx, admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		Operation: admissionv1.Create, Namespace: ns, Name: "site",
+		Kind:   metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"},
+		Object: runtime.RawExtension{Raw: raw},
+	}})
+	if !resp.Allowed {
+		t.Fatalf("denied: %+v", resp.Result)
+	}
+	if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "no S3 public host") {
+		t.Errorf("warnings = %q", resp.Warnings)
+	}
+	for _, p := range resp.Patches {
+		if s, _ := json.Marshal(p.Value); strings.Contains(string(s), `"name":"`+decov1.EnvRelease+`"`) {
+			t.Errorf("patch sets %s without an S3 host: %s", decov1.EnvRelease, s)
+		}
+	}
+}
+
+func TestDecofileDeleteAllowedInTerminatingNamespace(t *testing.T) {
+	c := cluster(t)
+	ctx := context.Background()
+	ns := c.Namespace(t, "inject-terminating", nil)
+	d := decofile(t, c.Client, ns, "site", "", "", decov1.FormatJSON)
+	if err := c.Client.Create(ctx, deployment(ns, "site", map[string]string{decov1.AnnotationInject: "site"}, nil, "app")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Client.Delete(ctx, d.DeepCopy()); !apierrors.IsForbidden(err) {
+		t.Fatalf("delete while referenced: %v, want denied", err)
+	}
+	// envtest runs no namespace controller: the namespace stays Terminating, as while the
+	// real controller works through its content.
+	if err := c.Client.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Client.Delete(ctx, d.DeepCopy()); err != nil {
+		t.Fatalf("delete in a terminating namespace: %v, want allowed", err)
 	}
 }
