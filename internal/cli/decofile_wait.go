@@ -1,7 +1,159 @@
 package cli
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/siteops/siteops/internal/decofile/follow"
+	"github.com/siteops/siteops/internal/scheme"
+)
+
+// Exit codes of `siteops decofile wait`.
+const (
+	waitExitFailed  = 1
+	waitExitTimeout = 2
+)
+
+// waitExitError carries the exit code of `decofile wait` to main (which honours ExitCode()).
+type waitExitError struct {
+	code int
+	msg  string
+}
+
+func (e *waitExitError) Error() string { return e.msg }
+
+// ExitCode is the process exit code: 1 when the rollout failed, 2 on timeout.
+func (e *waitExitError) ExitCode() int { return e.code }
+
+// decofileWaitOptions are the flags of `siteops decofile wait`.
+type decofileWaitOptions struct {
+	kubeconfig  string
+	kubeContext string
+	namespace   string
+	target      string
+	timeout     time.Duration
+}
 
 func newDecofileWaitCommand() *cobra.Command {
-	return pending("wait NAME", "Wait until a Decofile's content is confirmed by every pod")
+	o := decofileWaitOptions{target: follow.Current, timeout: 5 * time.Minute}
+	cmd := &cobra.Command{
+		Use:   "wait NAME",
+		Short: "Wait until a Decofile's content is confirmed by every pod",
+		Long: "Reads the Decofile and decides from its PodsNotified condition; otherwise watches it from the\n" +
+			"version it read, so no update is missed. Exit status: 0 when PodsNotified=True for the awaited\n" +
+			"version, 1 when False for it (or the Decofile is silent), 2 on timeout.",
+		Example: "  siteops decofile wait shop -n sites-shop --for commit:0123abc…\n" +
+			"  siteops decofile wait shop --for current --timeout 10m",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := follow.ValidTarget(o.target); err != nil {
+				return err
+			}
+			c, ns, err := o.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
+			defer cancel()
+			return runDecofileWait(ctx, c, client.ObjectKey{Namespace: ns, Name: args[0]}, o.target, o.timeout, cmd.OutOrStdout())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+	f.StringVar(&o.kubeContext, "context", "", "kubeconfig context to use")
+	f.StringVarP(&o.namespace, "namespace", "n", "", "namespace of the Decofile (default: the context's namespace)")
+	f.StringVar(&o.target, "for", o.target, "version to wait for: commit:<sha>, timestamp:<unix seconds> or current")
+	f.DurationVar(&o.timeout, "timeout", o.timeout, "give up after this long (exit status 2)")
+	return cmd
+}
+
+// client builds a watching client and the namespace from the kubeconfig, like kubectl does.
+func (o decofileWaitOptions) client() (client.WithWatch, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = o.kubeconfig
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: o.kubeContext}
+	overrides.Context.Namespace = o.namespace
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return nil, "", fmt.Errorf("load kubeconfig: %w", err)
+	}
+	ns, _, err := cc.Namespace()
+	if err != nil {
+		return nil, "", fmt.Errorf("namespace from kubeconfig: %w", err)
+	}
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme.New()})
+	if err != nil {
+		return nil, "", fmt.Errorf("create Kubernetes client: %w", err)
+	}
+	return c, ns, nil
+}
+
+// runDecofileWait waits and turns the verdict into output and an exit status. On a terminal the
+// progress line is redrawn in place; otherwise each change is one plain line.
+func runDecofileWait(ctx context.Context, c client.WithWatch, key client.ObjectKey, target string, timeout time.Duration, out io.Writer) error {
+	tty := false
+	if f, ok := out.(*os.File); ok {
+		tty = term.IsTerminal(int(f.Fd()))
+	}
+	lastLine := ""
+	show := func(v follow.Verdict) {
+		line := waitProgressLine(v)
+		if line == lastLine {
+			return
+		}
+		lastLine = line
+		if tty {
+			fmt.Fprintf(out, "\r\033[K%s", line)
+		} else {
+			fmt.Fprintln(out, line)
+		}
+	}
+	v, err := follow.Wait(ctx, c, key, target, func(v follow.Verdict) {
+		if v.Outcome == follow.Pending {
+			show(v)
+		}
+	})
+	if tty && lastLine != "" {
+		fmt.Fprint(out, "\r\033[K")
+	}
+	id := v.ID
+	if id == "" {
+		id = target
+	}
+	switch {
+	case err != nil && errors.Is(err, context.DeadlineExceeded):
+		return &waitExitError{code: waitExitTimeout, msg: fmt.Sprintf("timed out after %s waiting for %s of Decofile %s: %s", timeout, id, key, v.Message)}
+	case err != nil:
+		return err
+	case v.Outcome == follow.Failed:
+		return &waitExitError{code: waitExitFailed, msg: v.Message}
+	}
+	_, werr := fmt.Fprintf(out, "%s: %s\n", key, v.Message)
+	return werr
+}
+
+// waitProgressLine is one line about a pending rollout.
+func waitProgressLine(v follow.Verdict) string {
+	if ro := v.Rollout; ro != nil {
+		return fmt.Sprintf("%s: notified %d/%d pods (failed %d, skipped %d)%s", v.ID, ro.Notified, ro.Total, ro.Failed, ro.Skipped, waitElapsed(ro.StartedAt))
+	}
+	return v.Message
+}
+
+func waitElapsed(t *metav1.Time) string {
+	if t == nil {
+		return ""
+	}
+	return fmt.Sprintf(", %s elapsed", time.Since(t.Time).Round(time.Second))
 }
