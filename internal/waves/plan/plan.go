@@ -1,0 +1,198 @@
+// Package plan maps committed app files onto computed waves by the naming convention
+// `<svc>.yaml`, `<svc>-bootstrap-secret.sops.yaml`, `<svc>-db.yaml`, `<svc>-db-app.sops.yaml`,
+// plus the files of extra units, and names the Flux Kustomization that owns each wave.
+package plan
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+
+	"github.com/siteops/siteops/internal/waves/catalog"
+	"github.com/siteops/siteops/internal/waves/graph"
+)
+
+// Options name the Kustomizations.
+type Options struct {
+	// Prefix of the Kustomization names: "<prefix>-wave-<N>" ("apps").
+	Prefix string
+	// Root is the Kustomization the first wave depends on ("platform-config").
+	Root string
+}
+
+// DefaultOptions are the seed's names.
+var DefaultOptions = Options{Prefix: "apps", Root: "platform-config"}
+
+// Group is the set of files one Flux Kustomization applies.
+type Group struct {
+	// Name of the Kustomization, e.g. "apps-wave-1".
+	Name string
+	// Wave number.
+	Wave int
+	// Dir is the folder under apps/, e.g. "wave-1".
+	Dir string
+	// Files are the file names, sorted.
+	Files []string
+	// DependsOn is the Kustomization this one waits for.
+	DependsOn string
+	// NonGating marks a unit's own Kustomization that no wave depends on.
+	NonGating bool
+	// Unit names the non-gating unit.
+	Unit string
+}
+
+// Node is a node with its wave.
+type Node struct {
+	Name string
+	Wave int
+}
+
+// Plan is the placement of every committed app file.
+type Plan struct {
+	// Groups are the gating waves in order, then the non-gating units.
+	Groups []Group
+	// Placement maps a file name to the index of its group in Groups.
+	Placement map[string]int
+	// NotPlaced are nodes that were computed but have no committed files.
+	NotPlaced []Node
+	// Unmatched are committed files no node claims.
+	Unmatched []string
+}
+
+// ConflictError reports a file name claimed by two nodes.
+type ConflictError struct{ File, First, Second string }
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("file %s is claimed by both %s and %s: rename the extra unit's file or the service", e.File, e.First, e.Second)
+}
+
+// FilesOf returns the file names that belong to a node by the naming convention.
+func FilesOf(c *catalog.Catalog, w *graph.Waves, node string) []string {
+	switch w.Kind(node) {
+	case graph.KindService:
+		return []string{node + ".yaml", node + "-bootstrap-secret.sops.yaml"}
+	case graph.KindDatabase:
+		return []string{node + ".yaml", node + "-app.sops.yaml"}
+	case graph.KindUnit:
+		for _, u := range c.Units {
+			if u.Name == node {
+				return u.Files
+			}
+		}
+	}
+	return nil
+}
+
+// Make places the present files (file names under apps/) into waves.
+func Make(c *catalog.Catalog, w *graph.Waves, present map[string]string, o Options) (*Plan, error) {
+	if o.Prefix == "" {
+		o = DefaultOptions
+	}
+	nonGating := map[string]bool{}
+	for _, u := range c.Units {
+		nonGating[u.Name] = u.NonGating
+	}
+	owner := make(map[string]string, len(present))
+	gating := map[int][]string{}
+	type ng struct {
+		unit  string
+		wave  int
+		files []string
+	}
+	var ngs []ng
+	p := &Plan{Placement: make(map[string]int, len(present))}
+	for _, node := range w.Nodes() {
+		wave, _ := w.Wave(node)
+		var files []string
+		for _, f := range FilesOf(c, w, node) {
+			if _, ok := present[f]; !ok {
+				continue
+			}
+			if prev, ok := owner[f]; ok {
+				return nil, &ConflictError{File: f, First: prev, Second: node}
+			}
+			owner[f] = node
+			files = append(files, f)
+		}
+		switch {
+		case len(files) == 0:
+			p.NotPlaced = append(p.NotPlaced, Node{Name: node, Wave: wave})
+		case nonGating[node]:
+			ngs = append(ngs, ng{unit: node, wave: wave, files: files})
+		default:
+			gating[wave] = append(gating[wave], files...)
+		}
+	}
+	waves := make([]int, 0, len(gating))
+	for wv := range gating {
+		waves = append(waves, wv)
+	}
+	sort.Ints(waves)
+	byWave := map[int]string{}
+	prev := o.Root
+	for _, wv := range waves {
+		files := gating[wv]
+		sort.Strings(files)
+		g := Group{Name: o.Prefix + "-" + Dir(wv), Wave: wv, Dir: Dir(wv), Files: files, DependsOn: prev}
+		p.Groups = append(p.Groups, g)
+		byWave[wv] = g.Name
+		prev = g.Name
+	}
+	for _, n := range ngs {
+		sort.Strings(n.files)
+		// The unit waits for the highest gating wave below its own (the wave that holds what it
+		// needs); nothing waits for the unit.
+		dep := o.Root
+		for _, wv := range waves {
+			if wv < n.wave || (wv == n.wave && !aboveAnchor(c, n.unit)) {
+				dep = byWave[wv]
+			}
+		}
+		d := Dir(n.wave) + "-" + n.unit
+		p.Groups = append(p.Groups, Group{Name: o.Prefix + "-" + d, Wave: n.wave, Dir: d, Files: n.files, DependsOn: dep, NonGating: true, Unit: n.unit})
+	}
+	for i, g := range p.Groups {
+		for _, f := range g.Files {
+			p.Placement[f] = i
+		}
+	}
+	for f := range present {
+		if _, ok := owner[f]; !ok {
+			p.Unmatched = append(p.Unmatched, f)
+		}
+	}
+	sort.Strings(p.Unmatched)
+	return p, nil
+}
+
+func aboveAnchor(c *catalog.Catalog, unit string) bool {
+	for _, u := range c.Units {
+		if u.Name == unit {
+			return u.Above
+		}
+	}
+	return false
+}
+
+// Dir is the folder name of a wave.
+func Dir(wave int) string { return "wave-" + strconv.Itoa(wave) }
+
+// Waves returns wave → files for the gating waves.
+func (p *Plan) Waves() map[int][]string {
+	out := map[int][]string{}
+	for _, g := range p.Groups {
+		if !g.NonGating {
+			out[g.Wave] = g.Files
+		}
+	}
+	return out
+}
+
+// GroupOf returns the group a file is placed in.
+func (p *Plan) GroupOf(file string) (Group, bool) {
+	i, ok := p.Placement[file]
+	if !ok {
+		return Group{}, false
+	}
+	return p.Groups[i], true
+}
