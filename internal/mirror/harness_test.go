@@ -79,6 +79,12 @@ func newSecret(ns, name string, data map[string]string) *corev1.Secret {
 // that waits for it to end.
 func runManager(t testing.TB, c *testenv.Cluster, o mirror.Options, probeAddr string) (*engine.Engine, func()) {
 	t.Helper()
+	return runManagerWith(t, c, o, probeAddr, nil)
+}
+
+// runManagerWith is runManager with prep called on the engine before the manager starts.
+func runManagerWith(t testing.TB, c *testenv.Cluster, o mirror.Options, probeAddr string, prep func(*engine.Engine)) (*engine.Engine, func()) {
+	t.Helper()
 	if probeAddr == "" {
 		probeAddr = "0"
 	}
@@ -96,6 +102,9 @@ func runManager(t testing.TB, c *testenv.Cluster, o mirror.Options, probeAddr st
 	eng, err := mirror.SetupWithEngine(mgr, o)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if prep != nil {
+		prep(eng)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

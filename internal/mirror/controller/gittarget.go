@@ -184,7 +184,7 @@ func (r *GitTargetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	switch {
 	case errors.As(err, &problem):
 		r.Engine.Remove(req.NamespacedName)
-		return ctrl.Result{RequeueAfter: resyncInterval}, r.writeStatus(ctx, &target, nil, excluded, problem)
+		return requeueOnConflict(ctrl.Result{RequeueAfter: resyncInterval}, r.writeStatus(ctx, &target, nil, excluded, problem))
 	case err != nil:
 		return ctrl.Result{}, err
 	}
@@ -196,10 +196,19 @@ func (r *GitTargetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	}
 	st, _ := r.Engine.Status(req.NamespacedName)
 	if err := r.writeStatus(ctx, &target, &st, excluded, nil); err != nil {
-		return ctrl.Result{}, err
+		return requeueOnConflict(ctrl.Result{}, err)
 	}
 	log.V(1).Info("mirroring", "streams", st.Streams, "pending", st.Writer.Pending)
 	return ctrl.Result{RequeueAfter: resyncInterval}, nil
+}
+
+// requeueOnConflict retries a status patch that lost an optimistic-lock race (the cache had not
+// seen our previous patch yet) soon and quietly; other errors are returned.
+func requeueOnConflict(res ctrl.Result, err error) (ctrl.Result, error) {
+	if apierrors.IsConflict(err) {
+		return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil
+	}
+	return res, err
 }
 
 // desired builds the engine spec of target, or a targetProblem saying why it cannot run.

@@ -108,7 +108,7 @@ func (r *RuleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		r.Recorder.Eventf(obj, nil, typ, ready.Reason, "Resolve", "%s", ready.Message)
 	}
 	if err := r.Client.Status().Patch(ctx, obj, client.MergeFromWithOptions(old, client.MergeFromWithOptimisticLock{})); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		return requeueOnConflict(ctrl.Result{}, client.IgnoreNotFound(err))
 	}
 	return ctrl.Result{RequeueAfter: resyncInterval}, nil
 }
@@ -161,7 +161,7 @@ func (r *ProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		r.Recorder.Eventf(&p, nil, typ, ready.Reason, "Check", "%s", ready.Message)
 	}
 	if err := r.Client.Status().Patch(ctx, &p, client.MergeFromWithOptions(old, client.MergeFromWithOptimisticLock{})); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		return requeueOnConflict(ctrl.Result{}, client.IgnoreNotFound(err))
 	}
 	return ctrl.Result{RequeueAfter: resyncInterval}, nil
 }
