@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -61,6 +62,8 @@ type Options struct {
 	WebhookSelfSigned bool
 	// WebhookCertHosts are the DNS names or IPs the self-signed serving certificate is valid for.
 	WebhookCertHosts []string
+	// WebhookCASecret ("namespace/name") shares the self-signed CA between replicas.
+	WebhookCASecret string
 
 	// Decofile configures the Decofile delivery part.
 	Decofile decofile.Options
@@ -97,6 +100,7 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", o.WebhookCertDir, "folder with tls.crt and tls.key for the webhook server")
 	fs.BoolVar(&o.WebhookSelfSigned, "webhook-self-signed", o.WebhookSelfSigned, "generate and renew a self-signed CA and webhook certificate in --webhook-cert-dir and patch the webhook configurations' caBundle (instead of cert-manager)")
 	fs.StringSliceVar(&o.WebhookCertHosts, "webhook-cert-hosts", o.WebhookCertHosts, "DNS names or IPs of the webhook Service, for the self-signed certificate")
+	fs.StringVar(&o.WebhookCASecret, "webhook-ca-secret", o.WebhookCASecret, `Secret ("namespace/name") holding the self-signed CA, shared by all replicas (needed with more than one replica)`)
 	o.Decofile.BindFlags(fs)
 	o.Tenant.BindFlags(fs)
 	o.Mirror.BindFlags(fs)
@@ -178,6 +182,13 @@ func selfSignedCerts(mgr ctrl.Manager, cfg *rest.Config, o Options) error {
 		return fmt.Errorf("webhook certificates: %w", err)
 	}
 	wo := webhookcert.Options{CertDir: o.WebhookCertDir, Hosts: o.WebhookCertHosts}
+	if o.WebhookCASecret != "" {
+		ns, name, ok := strings.Cut(o.WebhookCASecret, "/")
+		if !ok || ns == "" || name == "" {
+			return fmt.Errorf("--webhook-ca-secret %q: want namespace/name", o.WebhookCASecret)
+		}
+		wo.CASecret = types.NamespacedName{Namespace: ns, Name: name}
+	}
 	if o.Enabled(PartDecofile) {
 		wo.MutatingWebhooks = []string{inject.MutatingConfigName}
 		wo.ValidatingWebhooks = []string{inject.ValidatingConfigName}

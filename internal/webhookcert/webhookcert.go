@@ -23,7 +23,9 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -49,6 +51,10 @@ type Options struct {
 	// equal to the CA file. Configurations that do not exist are skipped.
 	MutatingWebhooks   []string
 	ValidatingWebhooks []string
+	// CASecret, when set, holds the CA (keys ca.crt and ca.key) so that every replica serves a
+	// certificate from the same CA and the caBundle they write agrees. Without it the CA lives
+	// only in CertDir, which suits one replica (and `siteops dev up`).
+	CASecret types.NamespacedName
 	// CAValidity is how long a new CA is valid (default 2 years).
 	CAValidity time.Duration
 	// CertValidity is how long a new serving certificate is valid (default 90 days).
@@ -80,6 +86,7 @@ func (o *Options) defaults() {
 	}
 }
 
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;update
 
 // Rotator keeps the certificates in Options.CertDir valid and the caBundles in step.
@@ -122,31 +129,20 @@ func (r *Rotator) Ensure(ctx context.Context) (Result, error) {
 	}
 	now := r.o.Now()
 	var res Result
-
-	ca, caKey, bundle := r.loadCA(now)
-	if ca == nil || now.Add(r.o.CertValidity).After(ca.NotAfter) {
-		newCA, newKey, err := newCA(now, r.o.CAValidity)
-		if err != nil {
-			return Result{}, err
+	var (
+		ca     *x509.Certificate
+		caKey  *ecdsa.PrivateKey
+		bundle []*x509.Certificate
+		err    error
+	)
+	// Replicas sharing the CA Secret may renew it at the same moment: the loser of the
+	// optimistic write adopts the winner's CA.
+	for attempt := 0; ; attempt++ {
+		ca, caKey, bundle, res.CARenewed, err = r.ensureCA(ctx, now)
+		if err == nil {
+			break
 		}
-		// Earlier CAs stay trusted while they are valid: serving certificates they signed may
-		// still be in use (by this or another replica) until they are replaced.
-		ca, caKey, bundle = newCA, newKey, append([]*x509.Certificate{newCA}, unexpired(bundle, now)...)
-		keyDER, err := x509.MarshalECPrivateKey(caKey)
-		if err != nil {
-			return Result{}, fmt.Errorf("encode CA key: %w", err)
-		}
-		if err := writeFile(r.o.CertDir, CAKeyFile, pemBlock("EC PRIVATE KEY", keyDER)); err != nil {
-			return Result{}, err
-		}
-		if err := writeFile(r.o.CertDir, CAFile, encodeCerts(bundle)); err != nil {
-			return Result{}, err
-		}
-		res.CARenewed = true
-	} else if valid := unexpired(bundle, now); len(valid) != len(bundle) {
-		// Drop CAs that expired: nothing they signed can be served any more.
-		bundle = valid
-		if err := writeFile(r.o.CertDir, CAFile, encodeCerts(bundle)); err != nil {
+		if !errors.Is(err, errCAConflict) || attempt == 2 {
 			return Result{}, err
 		}
 	}
@@ -174,6 +170,75 @@ func (r *Rotator) Ensure(ctx context.Context) (Result, error) {
 	}
 	res.CertRenewed = true
 	return res, patchErr
+}
+
+var errCAConflict = errors.New("the CA Secret changed concurrently")
+
+// ensureCA returns a CA valid long enough to sign a new serving certificate, and the bundle of
+// CAs to trust, generating or pruning as needed. With a CA Secret, the Secret is the source of
+// truth, mirrored into the cert folder.
+func (r *Rotator) ensureCA(ctx context.Context, now time.Time) (*x509.Certificate, *ecdsa.PrivateKey, []*x509.Certificate, bool, error) {
+	var secret *corev1.Secret
+	if r.o.CASecret.Name != "" {
+		secret = &corev1.Secret{}
+		err := r.client.Get(ctx, r.o.CASecret, secret)
+		switch {
+		case apierrors.IsNotFound(err):
+			secret = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: r.o.CASecret.Namespace, Name: r.o.CASecret.Name}}
+		case err != nil:
+			return nil, nil, nil, false, fmt.Errorf("read CA Secret %s: %w", r.o.CASecret, err)
+		default:
+			for _, f := range []string{CAFile, CAKeyFile} {
+				if err := writeFile(r.o.CertDir, f, secret.Data[f]); err != nil {
+					return nil, nil, nil, false, err
+				}
+			}
+		}
+	}
+
+	ca, caKey, bundle := r.loadCA(now)
+	renewed, changed := false, false
+	if ca == nil || now.Add(r.o.CertValidity).After(ca.NotAfter) {
+		newCA, newKey, err := newCA(now, r.o.CAValidity)
+		if err != nil {
+			return nil, nil, nil, false, err
+		}
+		// Earlier CAs stay trusted while they are valid: serving certificates they signed may
+		// still be in use (by this or another replica) until they are replaced.
+		ca, caKey, bundle = newCA, newKey, append([]*x509.Certificate{newCA}, unexpired(bundle, now)...)
+		renewed, changed = true, true
+	} else if valid := unexpired(bundle, now); len(valid) != len(bundle) {
+		// Drop CAs that expired: nothing they signed can be served any more.
+		bundle, changed = valid, true
+	}
+	if !changed {
+		return ca, caKey, bundle, false, nil
+	}
+	keyDER, err := x509.MarshalECPrivateKey(caKey)
+	if err != nil {
+		return nil, nil, nil, false, fmt.Errorf("encode CA key: %w", err)
+	}
+	data := map[string][]byte{CAFile: encodeCerts(bundle), CAKeyFile: pemBlock("EC PRIVATE KEY", keyDER)}
+	if secret != nil {
+		secret.Data = data
+		if secret.ResourceVersion == "" {
+			err = r.client.Create(ctx, secret)
+		} else {
+			err = r.client.Update(ctx, secret)
+		}
+		if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) {
+			return nil, nil, nil, false, errCAConflict
+		}
+		if err != nil {
+			return nil, nil, nil, false, fmt.Errorf("write CA Secret %s: %w", r.o.CASecret, err)
+		}
+	}
+	for _, f := range []string{CAKeyFile, CAFile} {
+		if err := writeFile(r.o.CertDir, f, data[f]); err != nil {
+			return nil, nil, nil, false, err
+		}
+	}
+	return ca, caKey, bundle, renewed, nil
 }
 
 // Start checks the certificates every CheckInterval until ctx ends (a manager Runnable).

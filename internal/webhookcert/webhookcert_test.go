@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -280,5 +282,50 @@ func TestOptionsValidated(t *testing.T) {
 	}
 	if _, err := webhookcert.New(nil, webhookcert.Options{CertDir: "x", Hosts: []string{"a"}, CertValidity: time.Hour, RenewBefore: 2 * time.Hour}); err == nil {
 		t.Error("RenewBefore >= CertValidity accepted")
+	}
+}
+
+// TestReplicasShareTheCASecret: replicas starting at the same time agree on one CA through the
+// Secret, so the caBundle they patch is the same and each one's certificate verifies with it.
+func TestReplicasShareTheCASecret(t *testing.T) {
+	c := testenv.APIServer(t)
+	ctx := context.Background()
+	ns := c.Namespace(t, "webhookcert", nil)
+	secret := types.NamespacedName{Namespace: ns, Name: "siteops-webhook-ca"}
+	const replicas = 3
+	dirs := make([]string, replicas)
+	results := make([]webhookcert.Result, replicas)
+	errs := make([]error, replicas)
+	var wg sync.WaitGroup
+	for i := range replicas {
+		dirs[i] = t.TempDir()
+		r, err := webhookcert.New(c.Client, webhookcert.Options{CertDir: dirs[i], Hosts: []string{"svc.test"}, CASecret: secret})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = r.Ensure(ctx)
+		}()
+	}
+	wg.Wait()
+	for i := range replicas {
+		if errs[i] != nil {
+			t.Fatalf("replica %d: %v", i, errs[i])
+		}
+		if !bytes.Equal(results[i].CABundle, results[0].CABundle) {
+			t.Errorf("replica %d trusts a different CA", i)
+		}
+		if _, err := leaf(t, dirs[i]).Verify(x509.VerifyOptions{Roots: pool(t, results[0].CABundle), DNSName: "svc.test"}); err != nil {
+			t.Errorf("replica %d certificate: %v", i, err)
+		}
+	}
+	s := &corev1.Secret{}
+	if err := c.Client.Get(ctx, secret, s); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(s.Data[webhookcert.CAFile], results[0].CABundle) {
+		t.Error("Secret does not hold the shared CA")
 	}
 }
