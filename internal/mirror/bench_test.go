@@ -18,8 +18,8 @@ import (
 	"github.com/siteops/siteops/internal/mirror"
 	"github.com/siteops/siteops/internal/mirror/engine"
 	"github.com/siteops/siteops/internal/mirror/gitwriter"
-	"github.com/siteops/siteops/internal/servers"
 	"github.com/siteops/siteops/internal/scheme"
+	"github.com/siteops/siteops/internal/servers"
 	"github.com/siteops/siteops/internal/testenv"
 )
 

@@ -69,7 +69,9 @@ type clientObject = client.Object
 
 func ref(name string) corev1.LocalObjectReference { return corev1.LocalObjectReference{Name: name} }
 
-func refPtr(name string) *corev1.LocalObjectReference { return &corev1.LocalObjectReference{Name: name} }
+func refPtr(name string) *corev1.LocalObjectReference {
+	return &corev1.LocalObjectReference{Name: name}
+}
 
 func newSecret(ns, name string, data map[string]string) *corev1.Secret {
 	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, StringData: data}
