@@ -33,7 +33,12 @@ func Render(s *ServiceDefinition, o RenderOptions) ([]Rendered, error) {
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("render %s: %w", s.Name, err)
 	}
-	docs := []obj{namespace(s.NamespaceOrName(), s.Name)}
+	var docs []obj
+	if s.NamespaceOrName() == s.Name {
+		// A service owns the namespace named after it; a shared namespace is declared elsewhere
+		// (rendering it per service would define it twice in a wave).
+		docs = append(docs, namespace(s.Name, s.Name))
+	}
 	for _, v := range s.Storage {
 		docs = append(docs, pvc(s, v))
 	}

@@ -47,7 +47,7 @@ func (e *Emitter) decryptionPatches(env string, retire, inBase bool) error {
 	var templateName string
 	var kept []*kyaml.Node
 	have := map[string]bool{}
-	last := -1
+	last, dropped, carried := -1, -1, ""
 	if patches != nil {
 		for _, n := range patches.YNode().Content {
 			name := DecryptionTarget(kyaml.NewRNode(n))
@@ -61,6 +61,9 @@ func (e *Emitter) decryptionPatches(env string, retire, inBase bool) error {
 			}
 			if (isWave && !want[name]) || (retire && name == old) || have[name] {
 				d.changed = true
+				if dropped < 0 {
+					dropped, carried = len(kept), headComment(n)
+				}
 				continue
 			}
 			have[name] = true
@@ -90,6 +93,13 @@ func (e *Emitter) decryptionPatches(env string, retire, inBase bool) error {
 	}
 	if last < 0 {
 		last = len(kept)
+		if dropped >= 0 {
+			last = dropped
+		}
+	}
+	if len(add) > 0 && last == dropped {
+		// The patches replace the dropped one: they inherit its comment.
+		setHeadComment(add[0], carried)
 	}
 	kept = append(kept[:last], append(add, kept[last:]...)...)
 	if patches == nil {

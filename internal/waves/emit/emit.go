@@ -401,7 +401,7 @@ func (e *Emitter) baseResources(retire bool) error {
 	}
 	old := e.o.Plan.Prefix + ".yaml"
 	var kept []*kyaml.Node
-	insertAt, have := -1, map[string]bool{}
+	insertAt, have, carried := -1, map[string]bool{}, ""
 	for _, n := range res.YNode().Content {
 		v := strings.TrimSpace(n.Value)
 		m := waveFile.FindStringSubmatch(v)
@@ -411,6 +411,10 @@ func (e *Emitter) baseResources(retire bool) error {
 			d.changed = true
 			if insertAt < 0 {
 				insertAt = len(kept)
+			}
+			if carried == "" {
+				// The comment above a dropped entry describes the app tier; keep it above the waves.
+				carried = headComment(n)
 			}
 			continue
 		case isWave:
@@ -432,7 +436,13 @@ func (e *Emitter) baseResources(retire bool) error {
 	}
 	if len(add) > 0 {
 		d.changed = true
+		if insertAt < len(kept) && carried == "" {
+			carried, kept[insertAt].HeadComment = headComment(kept[insertAt]), ""
+		}
+		setHeadComment(add[0], carried)
 		kept = append(kept[:insertAt], append(add, kept[insertAt:]...)...)
+	} else if carried != "" && insertAt < len(kept) && headComment(kept[insertAt]) == "" {
+		setHeadComment(kept[insertAt], carried)
 	}
 	if !d.changed {
 		return nil

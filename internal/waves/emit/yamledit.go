@@ -67,3 +67,22 @@ func scalarStrings(s *kyaml.RNode) []string {
 	}
 	return out
 }
+
+// headComment returns the comment above a sequence item (yaml.v3 keeps it on the item or, for a
+// mapping, on its first key).
+func headComment(n *kyaml.Node) string {
+	if n.HeadComment != "" {
+		return n.HeadComment
+	}
+	if n.Kind == kyaml.MappingNode && len(n.Content) > 0 {
+		return n.Content[0].HeadComment
+	}
+	return ""
+}
+
+// setHeadComment puts a comment above a sequence item.
+func setHeadComment(n *kyaml.Node, c string) {
+	if c != "" {
+		n.HeadComment = c
+	}
+}

@@ -119,7 +119,9 @@ func AtRef(dir, ref string, l Layout) (*Repo, error) {
 }
 
 // Path joins elements below the repository root.
-func (r *Repo) Path(elem ...string) string { return filepath.Join(append([]string{r.Root}, elem...)...) }
+func (r *Repo) Path(elem ...string) string {
+	return filepath.Join(append([]string{r.Root}, elem...)...)
+}
 
 // Rel returns p relative to the root, with forward slashes.
 func (r *Repo) Rel(p string) string {
@@ -192,7 +194,9 @@ func (r *Repo) AppFiles() (map[string]string, error) {
 }
 
 // IsManifest reports whether a file name is a YAML manifest.
-func IsManifest(name string) bool { return strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml") }
+func IsManifest(name string) bool {
+	return strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")
+}
 
 // IsKustomization reports whether a file name is a kustomization file.
 func IsKustomization(name string) bool {
