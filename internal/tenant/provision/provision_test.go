@@ -223,7 +223,7 @@ func knativeService(t *testing.T, c *testenv.Cluster, ns string) *unstructured.U
 	s := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "serving.knative.dev/v1", "kind": "Service",
 		"metadata": map[string]any{"namespace": ns, "name": "web", "annotations": map[string]any{decov1.AnnotationInject: "true"}},
-		"spec": map[string]any{"template": map[string]any{"spec": map[string]any{"containers": []any{map[string]any{"image": "site"}}}}},
+		"spec":     map[string]any{"template": map[string]any{"spec": map[string]any{"containers": []any{map[string]any{"image": "site"}}}}},
 	}}
 	if err := c.Client.Create(context.Background(), s); err != nil {
 		t.Fatal(err)
