@@ -2,18 +2,20 @@ package inject_test
 
 import (
 	"encoding/json"
-	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/api/resource"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
@@ -178,72 +180,90 @@ func TestWriteTemplateTouchesOnlyChangedFields(t *testing.T) {
 	}
 }
 
-// TestManifestsMatchCode keeps config/webhook in step with the configurations the code builds
-// (which dev up and the tests install).
-func TestManifestsMatchCode(t *testing.T) {
-	f, err := os.Open("../../../config/webhook/manifests.yaml")
+func kustomizeBuild(t *testing.T, dir string) []*resource.Resource {
+	t.Helper()
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	res, err := k.Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	return res.Resources()
+}
+
+func decodeResource[T any](t *testing.T, r *resource.Resource) *T {
+	t.Helper()
+	data, err := r.MarshalJSON()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
-	var fromYAMLm *admissionregistrationv1.MutatingWebhookConfiguration
-	var fromYAMLv *admissionregistrationv1.ValidatingWebhookConfiguration
-	for {
-		var u unstructured.Unstructured
-		if err := dec.Decode(&u.Object); err != nil {
-			break
-		}
-		data, _ := u.MarshalJSON()
-		switch u.GetKind() {
-		case "MutatingWebhookConfiguration":
-			fromYAMLm = &admissionregistrationv1.MutatingWebhookConfiguration{}
-			if err := json.Unmarshal(data, fromYAMLm); err != nil {
-				t.Fatal(err)
-			}
-		case "ValidatingWebhookConfiguration":
-			fromYAMLv = &admissionregistrationv1.ValidatingWebhookConfiguration{}
-			if err := json.Unmarshal(data, fromYAMLv); err != nil {
-				t.Fatal(err)
-			}
-		}
+	out := new(T)
+	if err := json.Unmarshal(data, out); err != nil {
+		t.Fatal(err)
 	}
-	if fromYAMLm == nil || fromYAMLv == nil {
-		t.Fatal("config/webhook/manifests.yaml lacks a webhook configuration")
-	}
-	m, v := inject.WebhookConfigurations(inject.ServiceClientConfig("siteops-system", "siteops-webhook-service", 443))
-	if !equality.Semantic.DeepEqual(m.Webhooks, fromYAMLm.Webhooks) || m.Name != fromYAMLm.Name {
-		gotJSON, _ := json.MarshalIndent(fromYAMLm.Webhooks, "", " ")
-		wantJSON, _ := json.MarshalIndent(m.Webhooks, "", " ")
-		t.Errorf("mutating webhook differs:\nyaml %s\ncode %s", gotJSON, wantJSON)
-	}
-	if !equality.Semantic.DeepEqual(v.Webhooks, fromYAMLv.Webhooks) || v.Name != fromYAMLv.Name {
-		gotJSON, _ := json.MarshalIndent(fromYAMLv.Webhooks, "", " ")
-		wantJSON, _ := json.MarshalIndent(v.Webhooks, "", " ")
-		t.Errorf("validating webhook differs:\nyaml %s\ncode %s", gotJSON, wantJSON)
-	}
+	return out
 }
 
-// TestCertManagerKustomization builds config/certmanager and checks that both webhook
-// configurations ask cert-manager's CA injector for the serving certificate's CA.
-func TestCertManagerKustomization(t *testing.T) {
-	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	res, err := k.Run(filesys.MakeFsOnDisk(), "../../../config/certmanager")
-	if err != nil {
-		t.Fatalf("kustomize build config/certmanager: %v", err)
-	}
-	kinds := map[string]bool{}
-	for _, r := range res.Resources() {
-		kinds[r.GetKind()] = true
-		if strings.HasSuffix(r.GetKind(), "WebhookConfiguration") {
-			if got := r.GetAnnotations()["cert-manager.io/inject-ca-from"]; got != "siteops-system/siteops-serving-cert" {
-				t.Errorf("%s %s: inject-ca-from = %q", r.GetKind(), r.GetName(), got)
+// TestManifestsMatchCode builds both install overlays and checks that the webhook configurations
+// they install equal what the code builds (which dev up and the tests install, and whose names
+// the manager patches caBundle on), and that the manager gets its certificate folder.
+func TestManifestsMatchCode(t *testing.T) {
+	wantM, wantV := inject.WebhookConfigurations(inject.ServiceClientConfig("siteops-system", "siteops-webhook-service", 443))
+	for _, overlay := range []string{"certmanager", "selfsigned"} {
+		t.Run(overlay, func(t *testing.T) {
+			var gotM *admissionregistrationv1.MutatingWebhookConfiguration
+			var gotV *admissionregistrationv1.ValidatingWebhookConfiguration
+			var manager *appsv1.Deployment
+			var svc *corev1.Service
+			kinds := map[string]bool{}
+			for _, r := range kustomizeBuild(t, "../../../config/"+overlay) {
+				kinds[r.GetKind()] = true
+				switch r.GetKind() {
+				case "MutatingWebhookConfiguration":
+					gotM = decodeResource[admissionregistrationv1.MutatingWebhookConfiguration](t, r)
+				case "ValidatingWebhookConfiguration":
+					gotV = decodeResource[admissionregistrationv1.ValidatingWebhookConfiguration](t, r)
+				case "Deployment":
+					manager = decodeResource[appsv1.Deployment](t, r)
+				case "Service":
+					if r.GetName() == "siteops-webhook-service" {
+						svc = decodeResource[corev1.Service](t, r)
+					}
+				}
 			}
-		}
-	}
-	for _, want := range []string{"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "Certificate", "Issuer", "Service"} {
-		if !kinds[want] {
-			t.Errorf("kustomize output lacks a %s", want)
-		}
+			if gotM == nil || gotV == nil || manager == nil || svc == nil {
+				t.Fatalf("build lacks webhook configurations, the manager or the webhook Service")
+			}
+			if gotM.Name != inject.MutatingConfigName || !equality.Semantic.DeepEqual(gotM.Webhooks, wantM.Webhooks) {
+				a, _ := json.MarshalIndent(gotM, "", " ")
+				b, _ := json.MarshalIndent(wantM, "", " ")
+				t.Errorf("mutating webhook differs:\nbuilt %s\ncode  %s", a, b)
+			}
+			if gotV.Name != inject.ValidatingConfigName || !equality.Semantic.DeepEqual(gotV.Webhooks, wantV.Webhooks) {
+				a, _ := json.MarshalIndent(gotV, "", " ")
+				b, _ := json.MarshalIndent(wantV, "", " ")
+				t.Errorf("validating webhook differs:\nbuilt %s\ncode  %s", a, b)
+			}
+			if svc.Namespace != "siteops-system" || !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(manager.Spec.Template.Labels)) {
+				t.Errorf("webhook Service %s/%s does not select the manager's pods", svc.Namespace, svc.Name)
+			}
+			mounted := false
+			for _, m := range manager.Spec.Template.Spec.Containers[0].VolumeMounts {
+				mounted = mounted || m.MountPath == "/tmp/k8s-webhook-server/serving-certs"
+			}
+			if !mounted {
+				t.Error("the manager has no volume at its webhook cert folder (its root filesystem is read-only)")
+			}
+			for _, w := range []string{gotM.Annotations["cert-manager.io/inject-ca-from"], gotV.Annotations["cert-manager.io/inject-ca-from"]} {
+				if overlay == "certmanager" && w != "siteops-system/siteops-serving-cert" {
+					t.Errorf("inject-ca-from = %q", w)
+				}
+			}
+			if overlay == "certmanager" && (!kinds["Certificate"] || !kinds["Issuer"]) {
+				t.Error("the cert-manager overlay lacks the Certificate or its Issuer")
+			}
+			if overlay == "selfsigned" && !slices.Contains(manager.Spec.Template.Spec.Containers[0].Args, "--webhook-self-signed") {
+				t.Errorf("manager args %v lack --webhook-self-signed", manager.Spec.Template.Spec.Containers[0].Args)
+			}
+		})
 	}
 }
