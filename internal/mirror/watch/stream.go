@@ -141,7 +141,7 @@ func (s *Stream) resource() dynamic.ResourceInterface {
 // watch from. It uses initial events when the server offers them, else a paginated list.
 func (s *Stream) replay(ctx context.Context) (string, error) {
 	keep := map[string]struct{}{}
-	send := true
+	mode := "initial-events"
 	rv, err := s.initialEvents(ctx, keep)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -149,11 +149,13 @@ func (s *Stream) replay(ctx context.Context) (string, error) {
 		}
 		logf.FromContext(ctx).V(1).Info("initial events unavailable; listing", "error", err.Error())
 		clear(keep)
+		mode = "list"
 		rv, err = s.list(ctx, keep)
 	}
-	if err != nil || !send {
+	if err != nil {
 		return "", err
 	}
+	logf.FromContext(ctx).Info("replayed current state", "mode", mode, "objects", len(keep), "resourceVersion", rv)
 	op := gitwriter.Op{Kind: gitwriter.OpMark, Cursor: s.cursor(rv)}
 	if !s.cfg.IgnoreDeletes {
 		op.Kind = gitwriter.OpSweep
