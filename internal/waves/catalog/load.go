@@ -24,6 +24,8 @@ type Catalog struct {
 	Files map[string]string
 	// Units are the extra units, in file order.
 	Units []ExtraUnit
+	// UnitFiles maps a unit name to the file that listed it.
+	UnitFiles map[string]string
 }
 
 type header struct {
@@ -38,7 +40,7 @@ func LoadDir(fsys filesys.FileSystem, dir string) (*Catalog, error) {
 		return nil, fmt.Errorf("read catalog folder %s: %w", dir, err)
 	}
 	sort.Strings(names)
-	c := &Catalog{Services: map[string]*ServiceDefinition{}, Files: map[string]string{}}
+	c := &Catalog{Services: map[string]*ServiceDefinition{}, Files: map[string]string{}, UnitFiles: map[string]string{}}
 	var errs []error
 	for _, n := range names {
 		if !strings.HasSuffix(n, ".yaml") && !strings.HasSuffix(n, ".yml") {
@@ -90,6 +92,9 @@ func (c *Catalog) add(file string, data []byte) error {
 			if err := yaml.UnmarshalStrict(doc, &eu); err != nil {
 				return fmt.Errorf("%s: invalid ExtraUnits: %w", file, err)
 			}
+			for _, u := range eu.Units {
+				c.UnitFiles[u.Name] = file
+			}
 			c.Units = append(c.Units, eu.Units...)
 		default:
 			return fmt.Errorf("%s: document %d has kind %q, want %s or %s", file, i+1, h.Kind, KindServiceDefinition, KindExtraUnits)
@@ -121,10 +126,10 @@ func (c *Catalog) Validate() error {
 	seen := map[string]bool{}
 	for _, u := range c.Units {
 		if err := u.Validate(); err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("%s: %w", c.UnitFiles[u.Name], err))
 		}
 		if c.Services[u.Name] != nil || seen[u.Name] {
-			errs = append(errs, fmt.Errorf("extra unit %q: the name is already used by a service or unit", u.Name))
+			errs = append(errs, fmt.Errorf("%s: extra unit %q: the name is already used by a service or unit", c.UnitFiles[u.Name], u.Name))
 		}
 		seen[u.Name] = true
 	}

@@ -3,8 +3,9 @@
 package graph
 
 import (
+	"cmp"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -242,14 +243,20 @@ func (w *Waves) Kind(name string) Kind {
 
 // Nodes returns every node ordered by wave, then name.
 func (w *Waves) Nodes() []string {
-	out := append([]string(nil), w.names...)
-	sort.Slice(out, func(a, b int) bool {
-		wa, wb := w.wave[w.index[out[a]]], w.wave[w.index[out[b]]]
-		if wa != wb {
-			return wa < wb
+	idx := make([]int32, len(w.names))
+	for i := range idx {
+		idx[i] = int32(i)
+	}
+	slices.SortFunc(idx, func(a, b int32) int {
+		if c := cmp.Compare(w.wave[a], w.wave[b]); c != 0 {
+			return c
 		}
-		return out[a] < out[b]
+		return strings.Compare(w.names[a], w.names[b])
 	})
+	out := make([]string, len(idx))
+	for k, i := range idx {
+		out[k] = w.names[i]
+	}
 	return out
 }
 

@@ -1,0 +1,138 @@
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/siteops/siteops/internal/waves/catalog"
+)
+
+func load(t testing.TB) *catalog.Catalog {
+	t.Helper()
+	c, err := catalog.LoadDir(filesys.MakeFsOnDisk(), filepath.Join("..", "testdata", "homelab", "catalog"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func present(files ...string) map[string]string {
+	m := map[string]string{}
+	for _, f := range files {
+		m[f] = f
+	}
+	return m
+}
+
+func TestNonGatingUnitGetsItsOwnKustomization(t *testing.T) {
+	c := load(t)
+	c.Units[0].NonGating = true
+	w, err := c.Waves()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Make(c, w, present("gitea.yaml", "sonarr.yaml", "seerr.yaml", "gitea-actions.yaml", "gitea-actions-runner-secret.sops.yaml"), DefaultOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, g := range p.Groups {
+		names = append(names, g.Name+"<-"+g.DependsOn)
+	}
+	want := []string{"apps-wave-0<-platform-config", "apps-wave-1<-apps-wave-0", "apps-wave-2<-apps-wave-1", "apps-wave-1-gitea-actions<-apps-wave-0"}
+	if !reflect.DeepEqual(names, want) {
+		t.Fatalf("groups %v, want %v", names, want)
+	}
+	g, _ := p.GroupOf("gitea-actions.yaml")
+	if !g.NonGating || g.Dir != "wave-1-gitea-actions" {
+		t.Fatalf("gitea-actions group %+v", g)
+	}
+	for _, g := range p.Groups {
+		if g.DependsOn == "apps-wave-1-gitea-actions" {
+			t.Fatalf("%s depends on the non-gating unit", g.Name)
+		}
+	}
+}
+
+func TestWaveGapsChainToTheNearestLowerWave(t *testing.T) {
+	c := load(t)
+	w, err := c.Waves()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No wave-1 service is onboarded: wave 2 must wait for wave 0, not a missing wave 1.
+	p, err := Make(c, w, present("jackett.yaml", "seerr.yaml"), DefaultOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Groups) != 2 || p.Groups[1].Name != "apps-wave-2" || p.Groups[1].DependsOn != "apps-wave-0" {
+		t.Fatalf("groups %+v", p.Groups)
+	}
+}
+
+func TestConflictingClaim(t *testing.T) {
+	c := load(t)
+	c.Units[0].Files = append(c.Units[0].Files, "gitea.yaml")
+	w, err := c.Waves()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Make(c, w, present("gitea.yaml"), DefaultOptions)
+	var ce *ConflictError
+	if !errors.As(err, &ce) || ce.File != "gitea.yaml" {
+		t.Fatalf("error %v, want a conflict on gitea.yaml", err)
+	}
+}
+
+// randomCatalog is a random DAG of n services; a tenth have a database.
+func randomCatalog(n int) (*catalog.Catalog, map[string]string) {
+	r := rand.New(rand.NewPCG(7, 7))
+	c := &catalog.Catalog{Services: map[string]*catalog.ServiceDefinition{}, Files: map[string]string{}}
+	files := map[string]string{}
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("svc-%05d", i)
+		s := &catalog.ServiceDefinition{Name: name}
+		seen := map[string]bool{}
+		for k := r.IntN(5); k > 0 && i > 0; k-- {
+			d := fmt.Sprintf("svc-%05d", r.IntN(i))
+			if !seen[d] {
+				seen[d] = true
+				s.Dependencies = append(s.Dependencies, catalog.Dependency{To: d})
+			}
+		}
+		files[name+".yaml"] = name + ".yaml"
+		if i%10 == 0 {
+			s.Database = &catalog.Database{Size: "1Gi"}
+			files[name+"-db.yaml"] = name + "-db.yaml"
+			files[name+"-db-app.sops.yaml"] = name + "-db-app.sops.yaml"
+		}
+		c.Services[name] = s
+	}
+	return c, files
+}
+
+// BenchmarkComputeAndPlan10k is the speed goal: a random DAG of 10 000 services,
+// waves computed and files planned, in at most 100 ms.
+func BenchmarkComputeAndPlan10k(b *testing.B) {
+	c, files := randomCatalog(10000)
+	b.ReportAllocs()
+	for b.Loop() {
+		w, err := c.Waves()
+		if err != nil {
+			b.Fatal(err)
+		}
+		p, err := Make(c, w, files, DefaultOptions)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(p.Placement) != len(files) {
+			b.Fatalf("placed %d of %d files", len(p.Placement), len(files))
+		}
+	}
+}
