@@ -1,0 +1,336 @@
+// Package attribution names the author of each mirrored change by joining watch events with the
+// audit facts the audit receiver stored, and derives git identities from them.
+//
+// Audit events reach the receiver after the watch event they belong to (the API server batches
+// its webhook), so a watch event may have to wait up to a grace period for its fact. The wait is
+// per event and concurrent: an event waiting for its fact never holds up events of other objects.
+// What is kept in order is what git and the resume cursors need:
+//
+//   - events of one object (one file path) reach the writer in watch order;
+//   - a sweep is a barrier: it waits for everything before it, and everything after waits for it;
+//   - a watch cursor is only handed to the writer with the oldest outstanding event of its stream,
+//     carrying the newest resourceVersion whose events have all been handed over, so a crash can
+//     never record a cursor past an event that was still waiting.
+package attribution
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/siteops/siteops/internal/mirror/gitwriter"
+	"github.com/siteops/siteops/internal/mirror/store"
+)
+
+// DefaultGrace is how long a watch event waits for its audit fact (--author-attribution-grace).
+const DefaultGrace = 3 * time.Second
+
+// Lookup reads attribution facts (the store's AttributionIndex).
+type Lookup interface {
+	LookupAuthorResolutionErr(ctx context.Context, auditRoute string, gvr schema.GroupVersionResource, uid types.UID, rv string, exactCapable bool) (store.AuthorResolution, error)
+}
+
+// Sink receives ops in order (the git writer).
+type Sink interface {
+	Enqueue(ctx context.Context, op gitwriter.Op) error
+}
+
+// Config configures a Resolver.
+type Config struct {
+	// Index holds the facts; nil disables attribution (every change by the committer, no wait).
+	Index Lookup
+	// Route is the audit route (the API server's audit webhook path segment) facts are stored under.
+	Route string
+	// Grace bounds the wait for a fact; 0 means DefaultGrace.
+	Grace time.Duration
+	// MaxPoll caps the interval between two lookups of one waiting event; 0 means 200ms. Polls
+	// start at 20ms and double; Notify wakes every waiting event at once.
+	MaxPoll time.Duration
+	// Identity turns facts into git signatures.
+	Identity Identity
+	// OnResolved, when set, is called for every resolution (tests, benchmarks).
+	OnResolved func(Resolved)
+}
+
+// Resolved describes one finished resolution.
+type Resolved struct {
+	Result store.AttributionResult
+	Fact   store.AuthorFact
+	// Author is the commit author; nil means the committer.
+	Author *gitwriter.Signature
+	// Waited is the time from submission to resolution.
+	Waited time.Duration
+}
+
+// Resolver resolves commit authors of watch events without blocking unrelated events.
+type Resolver struct {
+	cfg Config
+
+	wakeMu sync.Mutex
+	wake   chan struct{}
+}
+
+// New returns a Resolver for cfg.
+func New(cfg Config) *Resolver {
+	if cfg.Grace <= 0 {
+		cfg.Grace = DefaultGrace
+	}
+	if cfg.MaxPoll <= 0 {
+		cfg.MaxPoll = 200 * time.Millisecond
+	}
+	return &Resolver{cfg: cfg, wake: make(chan struct{})}
+}
+
+// Enabled reports whether events are attributed at all.
+func (r *Resolver) Enabled() bool { return r != nil && r.cfg.Index != nil }
+
+// Notify wakes every waiting event to look again now: the local audit receiver calls it after
+// storing facts. (Facts stored by another replica are found by the next poll.)
+func (r *Resolver) Notify() {
+	r.wakeMu.Lock()
+	close(r.wake)
+	r.wake = make(chan struct{})
+	r.wakeMu.Unlock()
+}
+
+func (r *Resolver) wakeup() <-chan struct{} {
+	r.wakeMu.Lock()
+	defer r.wakeMu.Unlock()
+	return r.wake
+}
+
+// Resolve waits (up to the grace period, or until ctx ends) for the fact of one watch event and
+// returns its resolution. It blocks only its caller.
+func (r *Resolver) Resolve(ctx context.Context, gvr schema.GroupVersionResource, uid types.UID, rv string, exactCapable bool) Resolved {
+	start := time.Now()
+	res := store.AuthorResolution{Result: store.AttributionAbsent}
+	if r.Enabled() {
+		res = r.wait(ctx, gvr, uid, rv, exactCapable)
+	}
+	out := Resolved{Result: res.Result, Fact: res.Fact, Waited: time.Since(start)}
+	if res.Result != store.AttributionAbsent {
+		sig := r.cfg.Identity.Signature(res.Fact)
+		out.Author = &sig
+	}
+	if r.Enabled() {
+		Resolutions.WithLabelValues(string(out.Result)).Inc()
+		WaitSeconds.Observe(out.Waited.Seconds())
+	}
+	if r.cfg.OnResolved != nil {
+		r.cfg.OnResolved(out)
+	}
+	return out
+}
+
+func (r *Resolver) wait(ctx context.Context, gvr schema.GroupVersionResource, uid types.UID, rv string, exactCapable bool) store.AuthorResolution {
+	deadline := time.NewTimer(r.cfg.Grace)
+	defer deadline.Stop()
+	poll := 20 * time.Millisecond
+	for {
+		// Take the wake channel before looking, so a fact stored during the lookup still wakes us.
+		wake := r.wakeup()
+		res, err := r.cfg.Index.LookupAuthorResolutionErr(ctx, r.cfg.Route, gvr, uid, rv, exactCapable)
+		if err == nil && res.Result != store.AttributionAbsent {
+			return res
+		}
+		t := time.NewTimer(poll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return store.AuthorResolution{Result: store.AttributionAbsent}
+		case <-deadline.C:
+			t.Stop()
+			// One last look: the fact may have landed just now.
+			res, err := r.cfg.Index.LookupAuthorResolutionErr(ctx, r.cfg.Route, gvr, uid, rv, exactCapable)
+			if err == nil {
+				return res
+			}
+			return store.AuthorResolution{Result: store.AttributionAbsent}
+		case <-wake:
+			t.Stop()
+		case <-t.C:
+			poll = min(2*poll, r.cfg.MaxPoll)
+		}
+	}
+}
+
+// Event identifies the watch event an op comes from.
+type Event struct {
+	// UID and RV are the object's UID and the event's resourceVersion.
+	UID types.UID
+	RV  string
+	// ExactCapable is true for ADDED and MODIFIED events, false for removals (DELETED, or an
+	// object with a deletionTimestamp), whose RV never matches the deleting request's.
+	ExactCapable bool
+}
+
+// Stream is the ordering domain of one watch stream: it hands the stream's ops to the writer in
+// an order that keeps each object's history and the stream's cursor safe, while events wait for
+// their authors concurrently. It implements Sink for ops that need no author.
+type Stream struct {
+	r    *Resolver
+	next Sink
+	gvr  schema.GroupVersionResource
+
+	mu      sync.Mutex
+	queue   []*entry // submitted, not yet handed over or still ahead of the cursor
+	deliver sync.Mutex
+}
+
+type entry struct {
+	ctx       context.Context
+	op        gitwriter.Op
+	cursor    gitwriter.Cursor // the op's own cursor; op.Cursor is what is handed over
+	resolved  bool
+	delivered bool
+	barrier   bool
+	object    string
+}
+
+// NewStream returns the ordering domain of one watch stream of gvr, handing ops to next.
+func (r *Resolver) NewStream(next Sink, gvr schema.GroupVersionResource) *Stream {
+	return &Stream{r: r, next: next, gvr: gvr}
+}
+
+// Enqueue hands over an op that needs no author (a mark, a sweep, a replayed object) in order
+// with the stream's waiting events. It returns once the op is handed over or queued behind a
+// waiting event; errors of a queued hand-over end in the writer's own error handling.
+func (s *Stream) Enqueue(ctx context.Context, op gitwriter.Op) error {
+	s.add(ctx, op, true)
+	return s.flush()
+}
+
+// EnqueueEvent hands over an op of a live watch event after resolving its author, concurrently:
+// the call returns at once, and the op reaches the writer when its fact is found or the grace
+// period ends, in order with the other ops of its object.
+func (s *Stream) EnqueueEvent(ctx context.Context, op gitwriter.Op, ev Event) error {
+	if !s.r.Enabled() || op.Kind == gitwriter.OpMark || op.Kind == gitwriter.OpSweep {
+		return s.Enqueue(ctx, op)
+	}
+	e := s.add(ctx, op, false)
+	go func() {
+		res := s.r.Resolve(ctx, s.gvr, ev.UID, ev.RV, ev.ExactCapable)
+		s.mu.Lock()
+		e.op.Change.Author = res.Author
+		e.resolved = true
+		s.mu.Unlock()
+		_ = s.flush()
+	}()
+	return nil
+}
+
+// Pending returns the number of ops not yet handed over.
+func (s *Stream) Pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, e := range s.queue {
+		if !e.delivered {
+			n++
+		}
+	}
+	return n
+}
+
+func (s *Stream) add(ctx context.Context, op gitwriter.Op, resolved bool) *entry {
+	e := &entry{ctx: ctx, op: op, cursor: op.Cursor, resolved: resolved, barrier: op.Kind == gitwriter.OpSweep}
+	if op.Kind == gitwriter.OpUpsert || op.Kind == gitwriter.OpDelete {
+		e.object = op.Change.Path
+	}
+	s.mu.Lock()
+	s.queue = append(s.queue, e)
+	s.mu.Unlock()
+	return e
+}
+
+// flush hands over every op that may go now, in queue order. Hand-overs are serialized per
+// stream so the writer sees them in the order decided here.
+func (s *Stream) flush() error {
+	s.deliver.Lock()
+	defer s.deliver.Unlock()
+	ready := s.takeReady()
+	var firstErr error
+	for _, e := range ready {
+		if err := s.next.Enqueue(e.ctx, e.op); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	return firstErr
+}
+
+// takeReady marks and returns the ops that may be handed over now, with cursors adjusted.
+func (s *Stream) takeReady() []*entry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ready []*entry
+	blocked := map[string]bool{} // objects with an earlier op still waiting
+	barrierAhead := false
+	for i, e := range s.queue {
+		if e.delivered {
+			continue
+		}
+		ok := e.resolved && !barrierAhead && (e.object == "" || !blocked[e.object])
+		if e.barrier && i > 0 && s.undeliveredBefore(i) {
+			ok = false
+		}
+		if !ok {
+			if e.object != "" {
+				blocked[e.object] = true
+			}
+			if e.barrier {
+				barrierAhead = true
+			}
+			continue
+		}
+		e.delivered = true
+		ready = append(ready, e)
+	}
+	// Cursors: only the oldest outstanding position may move the stream's cursor, to the newest
+	// RV whose ops have all been handed over (now or before). Ops handed over ahead of a waiting
+	// one carry no cursor.
+	head := 0
+	for head < len(s.queue) && s.queue[head].delivered {
+		head++
+	}
+	var cursor gitwriter.Cursor
+	var carrier *entry
+	for _, e := range s.queue[:head] {
+		if e.cursor.RV != "" {
+			cursor = e.cursor
+		}
+	}
+	for _, e := range ready {
+		e.op.Cursor = gitwriter.Cursor{}
+		if containsEntry(s.queue[:head], e) {
+			// ready is in queue order: the last one inside the handed-over prefix goes after
+			// every op of that prefix, so its cursor is recorded only once all are pushed.
+			carrier = e
+		}
+	}
+	if carrier != nil && cursor.RV != "" {
+		carrier.op.Cursor = cursor
+	}
+	s.queue = s.queue[head:]
+	return ready
+}
+
+func (s *Stream) undeliveredBefore(i int) bool {
+	for _, e := range s.queue[:i] {
+		if !e.delivered {
+			return true
+		}
+	}
+	return false
+}
+
+func containsEntry(es []*entry, x *entry) bool {
+	for _, e := range es {
+		if e == x {
+			return true
+		}
+	}
+	return false
+}
