@@ -231,6 +231,12 @@ func (n *Notifier) Run(ctx context.Context, r Rollout) Result {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.Timeout)
 	defer cancel()
 
+	src := bodySource(bytesSource(r.Body))
+	if r.Protocol != ProtocolLongPoll && len(r.Pods) > 0 {
+		src = newBodySource(r.Body)
+	}
+	defer func() { _ = src.close() }()
+
 	results := make([]PodResult, len(r.Pods))
 	var notified, failed, skipped atomic.Int64
 	count := func(o Outcome) {
@@ -281,7 +287,7 @@ func (n *Notifier) Run(ctx context.Context, r Rollout) Result {
 				if ctx.Err() != nil {
 					results[i] = PodResult{Name: r.Pods[i].Name, Outcome: Failed, Reason: "not notified before the rollout timeout"}
 				} else {
-					results[i] = n.notifyPod(ctx, r, r.Pods[i])
+					results[i] = n.notifyPod(ctx, r, src, r.Pods[i])
 				}
 				count(results[i].Outcome)
 			}
@@ -301,7 +307,7 @@ func (n *Notifier) Run(ctx context.Context, r Rollout) Result {
 // permanentError marks an answer that another attempt cannot change (401, 400, 404).
 type permanentError struct{ error }
 
-func (n *Notifier) notifyPod(ctx context.Context, r Rollout, pod Pod) PodResult {
+func (n *Notifier) notifyPod(ctx context.Context, r Rollout, src bodySource, pod Pod) PodResult {
 	res := PodResult{Name: pod.Name}
 	backoff := n.cfg.Backoff
 	for attempt := 1; attempt <= n.cfg.Attempts; attempt++ {
@@ -321,7 +327,7 @@ func (n *Notifier) notifyPod(ctx context.Context, r Rollout, pod Pod) PodResult 
 			return res
 		}
 		res.Attempts = attempt
-		status, err := n.send(ctx, r, pod)
+		status, err := n.send(ctx, r, src, pod)
 		res.Status = status
 		if err == nil {
 			res.Outcome, res.Reason = Notified, ""
@@ -344,7 +350,7 @@ func (n *Notifier) notifyPod(ctx context.Context, r Rollout, pod Pod) PodResult 
 }
 
 // send makes one attempt on one pod.
-func (n *Notifier) send(ctx context.Context, r Rollout, pod Pod) (int, error) {
+func (n *Notifier) send(ctx context.Context, r Rollout, src bodySource, pod Pod) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.PodTimeout)
 	defer cancel()
 	host := net.JoinHostPort(pod.IP, strconv.Itoa(int(pod.Port)))
@@ -361,10 +367,18 @@ func (n *Notifier) send(ctx context.Context, r Rollout, pod Pod) (int, error) {
 		req, err = http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	default:
 		u := url.URL{Scheme: "http", Host: host, Path: decov1alpha1.ReloadPath}
-		// bytes.NewReader shares r.Body: no per-pod copy of the payload.
-		req, err = http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(r.Body))
+		// Every request reads the one shared body: no per-pod copy of the payload.
+		body, oerr := src.open()
+		if oerr != nil {
+			return 0, oerr
+		}
+		req, err = http.NewRequestWithContext(ctx, http.MethodPost, u.String(), body)
 		if err == nil {
+			req.ContentLength = int64(len(r.Body))
+			req.GetBody = src.open
 			req.Header.Set("Content-Type", "application/json")
+		} else {
+			_ = body.Close()
 		}
 	}
 	if err != nil {
