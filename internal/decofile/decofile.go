@@ -5,13 +5,17 @@ package decofile
 import (
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/siteops/siteops/internal/decofile/controller"
+	"github.com/siteops/siteops/internal/decofile/encode"
 	"github.com/siteops/siteops/internal/decofile/inject"
 	"github.com/siteops/siteops/internal/decofile/notify"
 	"github.com/siteops/siteops/internal/decofile/rollout"
+	"github.com/siteops/siteops/internal/decofile/source"
 )
 
 // Options configures the Decofile part.
@@ -23,12 +27,42 @@ type Options struct {
 	DisableInjection bool
 	// Rollout configures the notification of running pods (--notify-*, --reload-protocol).
 	Rollout rollout.Options
+	// Delivery configures the controller that stores Decofiles in ConfigMaps.
+	Delivery DeliveryOptions
+}
+
+// DeliveryOptions are the delivery controller's flags.
+type DeliveryOptions struct {
+	// GitHubAPIURL and GitHubArchiveURL are GitHub's API and archive hosts (GitHub Enterprise, tests).
+	GitHubAPIURL, GitHubArchiveURL string
+	// GitHubTokenOrgs may use the operator's GITHUB_TOKEN; "*" allows every org.
+	GitHubTokenOrgs []string
+	// CompressionThreshold is the merged-JSON size above which content is stored as brotli.
+	CompressionThreshold int
+	// Limits bound what one Decofile may pull in.
+	Limits source.Limits
+	// Concurrency is how many Decofiles are delivered at once.
+	Concurrency int
 }
 
 // BindFlags registers the part's flags.
 func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.DisableInjection, "decofile-disable-injection", o.DisableInjection, "do not serve the Decofile injection and delete-protection webhooks")
 	o.bindRolloutFlags(fs)
+	o.bindDeliveryFlags(fs)
+}
+
+// bindDeliveryFlags registers the delivery controller's flags.
+func (o *Options) bindDeliveryFlags(fs *pflag.FlagSet) {
+	d := &o.Delivery
+	fs.StringVar(&d.GitHubAPIURL, "github-api-url", orDefault(d.GitHubAPIURL, source.DefaultGitHubAPIURL), "GitHub REST API base URL (commits API), for GitHub Enterprise")
+	fs.StringVar(&d.GitHubArchiveURL, "github-archive-url", orDefault(d.GitHubArchiveURL, source.DefaultGitHubArchiveURL), "base URL serving <org>/<repo>/zip/<sha> archives")
+	fs.StringSliceVar(&d.GitHubTokenOrgs, "github-token-orgs", d.GitHubTokenOrgs, "GitHub orgs whose Decofiles may use the operator's GITHUB_TOKEN when they name no Secret (\"*\": any org; default: none)")
+	fs.IntVar(&d.CompressionThreshold, "compression-threshold", orDefault(d.CompressionThreshold, encode.DefaultThreshold), "merged-JSON size in bytes above which a Decofile is stored brotli-compressed as decofile.bin")
+	fs.Int64Var(&d.Limits.ArchiveBytes, "decofile-max-archive-bytes", orDefault(d.Limits.ArchiveBytes, source.DefaultLimits.ArchiveBytes), "largest source archive accepted")
+	fs.Int64Var(&d.Limits.DecompressedBytes, "decofile-max-content-bytes", orDefault(d.Limits.DecompressedBytes, source.DefaultLimits.DecompressedBytes), "most block-file bytes read from one source")
+	fs.IntVar(&d.Limits.Files, "decofile-max-files", orDefault(d.Limits.Files, source.DefaultLimits.Files), "most block files read from one source")
+	fs.IntVar(&d.Concurrency, "decofile-concurrency", orDefault(d.Concurrency, 4), "Decofiles delivered at the same time")
 }
 
 // bindRolloutFlags registers the pod notification flags, defaulting unset values to the seed's
@@ -65,7 +99,23 @@ func (o *Options) Validate() error {
 	if n.Concurrency < 0 || n.Attempts < 0 || n.PodTimeout < 0 || n.Timeout < 0 {
 		errs = append(errs, errors.New("--notify-concurrency, --notify-attempts, --notify-pod-timeout and --notify-timeout must be positive"))
 	}
+	d := o.Delivery
+	if d.CompressionThreshold < 0 || d.Limits.ArchiveBytes < 0 || d.Limits.DecompressedBytes < 0 || d.Limits.Files < 0 || d.Concurrency < 0 {
+		errs = append(errs, errors.New("--compression-threshold, --decofile-max-* and --decofile-concurrency must not be negative"))
+	}
 	return errors.Join(errs...)
+}
+
+// controllerOptions turns the flags into the delivery controller's options; the fallback GitHub
+// token comes from the GITHUB_TOKEN environment variable, never from a flag.
+func (d DeliveryOptions) controllerOptions() controller.Options {
+	return controller.Options{
+		GitHub:                  &source.GitHub{APIURL: d.GitHubAPIURL, ArchiveURL: d.GitHubArchiveURL, Limits: d.Limits},
+		Git:                     &source.Git{Limits: d.Limits},
+		Tokens:                  source.TokenPolicy{Fallback: os.Getenv("GITHUB_TOKEN"), AllowedOrgs: d.GitHubTokenOrgs},
+		Encode:                  encode.Options{Threshold: d.CompressionThreshold},
+		MaxConcurrentReconciles: d.Concurrency,
+	}
 }
 
 // Setup registers the part's controllers and webhooks with mgr.
@@ -74,6 +124,9 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		if err := inject.Setup(mgr, o.Inject); err != nil {
 			return fmt.Errorf("set up Decofile injection webhook: %w", err)
 		}
+	}
+	if err := controller.Setup(mgr, o.Delivery.controllerOptions()); err != nil {
+		return fmt.Errorf("set up Decofile delivery controller: %w", err)
 	}
 	if err := rollout.Setup(mgr, o.Rollout); err != nil {
 		return fmt.Errorf("set up Decofile rollout controller: %w", err)

@@ -111,7 +111,7 @@ type DecofileSpec struct {
 	// +optional
 	Silent bool `json:"silent,omitempty"`
 	// Interval is how often a branch or tag is re-resolved. A commit SHA is never polled.
-	// +kubebuilder:default="1m"
+	// +kubebuilder:default="1m0s"
 	// +optional
 	Interval *metav1.Duration `json:"interval,omitempty"`
 }

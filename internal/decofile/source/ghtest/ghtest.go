@@ -46,13 +46,22 @@ type repo struct {
 
 // New starts a server that stops when the test ends.
 func New(t testing.TB) *Server {
+	s := Start()
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Start starts a server shared by several tests; Close stops it.
+func Start() *Server {
 	s := &Server{repos: map[string]*repo{}, counts: map[string]int{}, auth: map[string][]string{}, failures: map[string][]int{}}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
-	t.Cleanup(s.srv.Close)
 	s.APIURL = s.srv.URL + "/api"
 	s.ArchiveURL = s.srv.URL + "/archive"
 	return s
 }
+
+// Close stops the server.
+func (s *Server) Close() { s.srv.Close() }
 
 // Private makes org/repo require token.
 func (s *Server) Private(org, name, token string) {
@@ -90,10 +99,19 @@ func (s *Server) PushArchive(org, name, branch string, raw []byte) string {
 }
 
 // FailNext makes the next requests of kind answer the given status codes, in order.
+// Use FailNextRepo in tests that share one server.
 func (s *Server) FailNext(kind string, codes ...int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.failures[kind] = append(s.failures[kind], codes...)
+}
+
+// FailNextRepo makes the next requests of kind for org/repo answer the given status codes.
+func (s *Server) FailNextRepo(org, name, kind string, codes ...int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := org + "/" + name + ":" + kind
+	s.failures[k] = append(s.failures[k], codes...)
 }
 
 // Count is how many requests of kind were served (any status).
@@ -103,11 +121,25 @@ func (s *Server) Count(kind string) int {
 	return s.counts[kind]
 }
 
+// CountRepo is how many requests of kind were served for org/repo.
+func (s *Server) CountRepo(org, name, kind string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.counts[org+"/"+name+":"+kind]
+}
+
 // Authorizations are the Authorization headers received for kind, in order ("" when absent).
 func (s *Server) Authorizations(kind string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.auth[kind]...)
+}
+
+// RepoAuthorizations are the Authorization headers received for kind on org/repo.
+func (s *Server) RepoAuthorizations(org, name, kind string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.auth[org+"/"+name+":"+kind]...)
 }
 
 func (s *Server) serve(w http.ResponseWriter, req *http.Request) {
@@ -125,11 +157,15 @@ func (s *Server) serve(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	s.counts[kind]++
+	s.counts[org+"/"+name+":"+kind]++
 	s.auth[kind] = append(s.auth[kind], req.Header.Get("Authorization"))
-	if f := s.failures[kind]; len(f) > 0 {
-		s.failures[kind] = f[1:]
-		http.Error(w, fmt.Sprintf(`{"message":"injected failure %d"}`, f[0]), f[0])
-		return
+	s.auth[org+"/"+name+":"+kind] = append(s.auth[org+"/"+name+":"+kind], req.Header.Get("Authorization"))
+	for _, k := range []string{kind, org + "/" + name + ":" + kind} {
+		if f := s.failures[k]; len(f) > 0 {
+			s.failures[k] = f[1:]
+			http.Error(w, fmt.Sprintf(`{"message":"injected failure %d"}`, f[0]), f[0])
+			return
+		}
 	}
 	r := s.repos[org+"/"+name]
 	if r == nil || (r.token != "" && req.Header.Get("Authorization") != "token "+r.token) {

@@ -1,0 +1,613 @@
+// Package controller is the Decofile delivery controller: it retrieves a Decofile's blocks,
+// merges and encodes them, writes the ConfigMap decofile-<name> when the content changed, and
+// records the result in a kstatus-compliant status (observedGeneration, Ready). It never
+// notifies pods: the rollout controller reacts to status.contentHash.
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/internal/decofile/encode"
+	"github.com/siteops/siteops/internal/decofile/source"
+)
+
+// Annotations the controller puts on the ConfigMap so it can tell, without decoding, whether the
+// stored data is exactly what the status describes.
+const (
+	// AnnotationContentHash is the SHA-256 of the merged JSON held by the ConfigMap.
+	AnnotationContentHash = "deco.sites/content-hash"
+	// AnnotationStoredHash is the SHA-256 of the stored value (decofile.json or decofile.bin).
+	AnnotationStoredHash = "deco.sites/stored-hash"
+)
+
+// Condition reasons set by this controller besides the ones in the API package.
+const (
+	// ReasonS3NotConfigured: spec.target is s3 but the operator has no S3 target.
+	ReasonS3NotConfigured = "S3TargetNotConfigured"
+	// ReasonConfigMapConflict: a ConfigMap of that name exists and belongs to something else.
+	ReasonConfigMapConflict = "ConfigMapConflict"
+	// ReasonStoreFailed: writing the ConfigMap failed; retried with backoff.
+	ReasonStoreFailed = "StoreFailed"
+)
+
+// DefaultInterval is how often a branch or tag is re-resolved when spec.interval is unset.
+const DefaultInterval = time.Minute
+
+// Options configures the delivery controller.
+type Options struct {
+	// GitHub fetches github sources (base URLs, limits, HTTP client).
+	GitHub *source.GitHub
+	// Git fetches git sources.
+	Git *source.Git
+	// Tokens decides which GitHub token a Decofile may use.
+	Tokens source.TokenPolicy
+	// Encode sets the compression threshold and the ConfigMap limit.
+	Encode encode.Options
+	// MaxConcurrentReconciles is how many Decofiles are processed at once; default 4.
+	MaxConcurrentReconciles int
+}
+
+// Reconciler delivers Decofiles into ConfigMaps.
+type Reconciler struct {
+	client   client.Client // writes
+	reader   client.Reader // uncached reads: fresh Decofiles; ConfigMaps and Secrets are not cached in full
+	recorder events.EventRecorder
+	opts     Options
+	now      func() time.Time
+}
+
+// +kubebuilder:rbac:groups=deco.sites,resources=decofiles,verbs=get;list;watch
+// +kubebuilder:rbac:groups=deco.sites,resources=decofiles/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Setup registers the delivery controller with mgr.
+func Setup(mgr ctrl.Manager, o Options) error {
+	if o.GitHub == nil {
+		o.GitHub = &source.GitHub{}
+	}
+	if o.Git == nil {
+		o.Git = &source.Git{}
+	}
+	if o.GitHub.Observe == nil {
+		o.GitHub.Observe = func(kind string, code int) {
+			githubRequestsTotal.WithLabelValues(kind, strconv.Itoa(code)).Inc()
+		}
+	}
+	if o.MaxConcurrentReconciles <= 0 {
+		o.MaxConcurrentReconciles = 4
+	}
+	r := &Reconciler{
+		client:   mgr.GetClient(),
+		reader:   mgr.GetAPIReader(),
+		recorder: mgr.GetEventRecorder("siteops-decofile"),
+		opts:     o,
+		now:      time.Now,
+	}
+	deletedOnly := predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		UpdateFunc:  func(event.UpdateEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("decofile-delivery").
+		// Only spec changes (generation) and annotation changes (a forced refresh) start a
+		// reconcile: this controller's own status writes, and the rollout controller's, do not.
+		For(&decov1.Decofile{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		// Metadata only: the manager must not cache every ConfigMap and Secret of the cluster.
+		// A changed or deleted ConfigMap is checked and restored; a deleted reload Secret is recreated.
+		Owns(&corev1.ConfigMap{}, builder.OnlyMetadata).
+		Owns(&corev1.Secret{}, builder.OnlyMetadata, builder.WithPredicates(deletedOnly)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: o.MaxConcurrentReconciles}).
+		Complete(r)
+}
+
+// outcome is what one reconcile decided, before it is recorded in status.
+type outcome struct {
+	reason    string // condition reason
+	message   string
+	err       error // failure, nil on success
+	transient bool
+	changed   bool // the ConfigMap was written
+}
+
+// Reconcile brings one Decofile's ConfigMap and status up to date.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	log := logf.FromContext(ctx)
+	// Read from the API server, not the cache: right after this controller's own ConfigMap and
+	// status writes the cache may still hold the previous status, and deciding on it would
+	// rewrite the ConfigMap with a needless new timestamp.
+	var df decov1.Decofile
+	if err := r.reader.Get(ctx, req.NamespacedName, &df); err != nil {
+		if apierrors.IsNotFound(err) {
+			rawBytes.DeleteLabelValues(req.Namespace, req.Name)
+			storedBytes.DeleteLabelValues(req.Namespace, req.Name)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("get Decofile %s: %w", req, err)
+	}
+	if df.DeletionTimestamp != nil {
+		return ctrl.Result{}, nil
+	}
+	if err := r.ensureReloadSecret(ctx, &df); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	next := df.Status.DeepCopy()
+	next.ObservedGeneration = df.Generation
+	next.SourceType = df.Spec.Source
+	out := r.deliver(ctx, &df, next)
+
+	status := metav1.ConditionTrue
+	if out.err != nil {
+		status = metav1.ConditionFalse
+		out.message = out.err.Error()
+	}
+	meta.SetStatusCondition(&next.Conditions, metav1.Condition{
+		Type: decov1.ConditionReady, Status: status, Reason: out.reason, Message: out.message, ObservedGeneration: df.Generation,
+	})
+	if err := r.patchStatus(ctx, &df, next); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	switch {
+	case out.err != nil:
+		reconcilesTotal.WithLabelValues(out.reason).Inc()
+		r.recorder.Eventf(&df, nil, corev1.EventTypeWarning, out.reason, "Deliver", "%s", truncate(out.message, 1000))
+		log.Info("Decofile not delivered", "reason", out.reason, "error", out.message, "transient", out.transient)
+		if out.transient {
+			// Backoff comes from the workqueue's rate limiter.
+			return ctrl.Result{}, fmt.Errorf("deliver Decofile %s: %w", req, out.err)
+		}
+	case out.changed:
+		reconcilesTotal.WithLabelValues("stored").Inc()
+		r.recorder.Eventf(&df, nil, corev1.EventTypeNormal, "Stored", "Deliver", "%s", out.message)
+		log.Info("Decofile stored", "configMap", next.ConfigMapName, "format", next.Format, "rawBytes", next.RawBytes, "storedBytes", next.StoredBytes, "commit", next.GitHubCommit)
+	default:
+		reconcilesTotal.WithLabelValues("unchanged").Inc()
+	}
+	if out.reason == source.ReasonCredentials || out.err == nil || !out.transient {
+		if every := pollInterval(&df); every > 0 {
+			return ctrl.Result{RequeueAfter: every}, nil
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// pollInterval is how often the Decofile's ref is re-resolved: spec.interval for a branch or
+// tag, never for inline content or a commit SHA.
+func pollInterval(df *decov1.Decofile) time.Duration {
+	var ref string
+	switch {
+	case df.Spec.Source == decov1.SourceGitHub && df.Spec.GitHub != nil:
+		ref = df.Spec.GitHub.Commit
+	case df.Spec.Source == decov1.SourceGit && df.Spec.Git != nil:
+		ref = df.Spec.Git.Ref
+		if ref == "" {
+			ref = "main"
+		}
+	default:
+		return 0
+	}
+	if source.IsCommitSHA(ref) {
+		return 0
+	}
+	if df.Spec.Interval != nil && df.Spec.Interval.Duration > 0 {
+		return df.Spec.Interval.Duration
+	}
+	return DefaultInterval
+}
+
+// deliver retrieves, encodes and stores the content, updating next (the status to record).
+func (r *Reconciler) deliver(ctx context.Context, df *decov1.Decofile, next *decov1.DecofileStatus) outcome {
+	if df.TargetOrDefault() == decov1.TargetS3 {
+		return outcome{reason: ReasonS3NotConfigured, err: errors.New("spec.target is s3 but this operator has no S3 target configured; use target: configmap, or run an operator configured for S3")}
+	}
+	cm, err := r.configMap(ctx, df)
+	if err != nil {
+		return fail(err)
+	}
+	intact := isIntact(cm, &df.Status)
+
+	start := r.now()
+	blocks, commit, cached, err := r.fetch(ctx, df, intact)
+	fetchDuration.WithLabelValues(string(df.Spec.Source)).Observe(r.now().Sub(start).Seconds())
+	if err != nil {
+		return fail(err)
+	}
+	if commit != "" {
+		next.GitHubCommit, next.ShortCommit = commit, short(commit)
+	} else {
+		next.GitHubCommit, next.ShortCommit = "", ""
+	}
+	if cached {
+		return outcome{reason: decov1.ReasonSucceeded, message: successMessage(next)}
+	}
+
+	merged, err := encode.Merge(blocks)
+	if err != nil {
+		return fail(&source.Error{Reason: source.ReasonInvalidContent, Err: err})
+	}
+	hash := encode.Hash(merged)
+	if hash == df.Status.ContentHash && intact {
+		// Same content (perhaps a new commit that changed nothing in the folder): nothing to
+		// compress or write.
+		return outcome{reason: decov1.ReasonSucceeded, message: successMessage(next)}
+	}
+
+	encStart := r.now()
+	res, err := encode.Encode(merged, r.opts.Encode)
+	compressionDuration.Observe(r.now().Sub(encStart).Seconds())
+	var tooLarge *encode.TooLargeError
+	if errors.As(err, &tooLarge) {
+		return outcome{reason: decov1.ReasonTooLarge, err: err}
+	}
+	if err != nil {
+		return outcome{reason: ReasonStoreFailed, err: fmt.Errorf("encode: %w", err), transient: true}
+	}
+
+	ts := df.Status.Timestamp
+	if hash != df.Status.ContentHash || ts == 0 {
+		// Strictly increasing even for two changes within one second: pods wait for a
+		// timestamp.txt at least as new as the one they were told about.
+		ts = max(r.now().Unix(), df.Status.Timestamp+1, timestampOf(cm)+1)
+	}
+	if err := r.writeConfigMap(ctx, df, cm, res, hash, ts); err != nil {
+		return fail(err)
+	}
+	if hash != df.Status.ContentHash {
+		now := metav1.NewTime(r.now())
+		next.LastUpdated = &now
+	}
+	next.ContentHash = hash
+	next.Timestamp = ts
+	next.Format = res.Format
+	next.RawBytes = int64(res.RawBytes)
+	next.StoredBytes = int64(res.StoredBytes())
+	next.ConfigMapName = df.ConfigMapName()
+	rawBytes.WithLabelValues(df.Namespace, df.Name).Set(float64(res.RawBytes))
+	storedBytes.WithLabelValues(df.Namespace, df.Name).Set(float64(res.StoredBytes()))
+	return outcome{reason: decov1.ReasonSucceeded, message: successMessage(next), changed: true}
+}
+
+func fail(err error) outcome {
+	e := source.AsError(err)
+	return outcome{reason: e.Reason, err: e, transient: e.Transient}
+}
+
+func successMessage(s *decov1.DecofileStatus) string {
+	msg := fmt.Sprintf("stored %d bytes of JSON as %s (%d bytes) in ConfigMap %s, timestamp %d", s.RawBytes, keyOf(s.Format), s.StoredBytes, s.ConfigMapName, s.Timestamp)
+	if s.GitHubCommit != "" {
+		msg += ", commit " + s.GitHubCommit
+	}
+	return msg
+}
+
+func keyOf(f decov1.Format) string {
+	if f == decov1.FormatBin {
+		return decov1.KeyBin
+	}
+	return decov1.KeyJSON
+}
+
+func short(sha string) string {
+	if len(sha) > 7 {
+		return sha[:7]
+	}
+	return sha
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// fetch retrieves the blocks. For github and git sources it first resolves the ref; when the
+// resolved commit is the one already stored for this generation and the ConfigMap is intact it
+// returns cached=true without downloading anything (seed flow 2: the SHA is the cache key).
+func (r *Reconciler) fetch(ctx context.Context, df *decov1.Decofile, intact bool) (blocks source.Blocks, commit string, cached bool, err error) {
+	upToDate := func(sha string) bool {
+		return intact && sha == df.Status.GitHubCommit && df.Status.ObservedGeneration == df.Generation &&
+			meta.IsStatusConditionTrue(df.Status.Conditions, decov1.ConditionReady)
+	}
+	switch df.Spec.Source {
+	case decov1.SourceInline:
+		if df.Spec.Inline == nil {
+			return nil, "", false, &source.Error{Reason: source.ReasonInvalidContent, Err: errors.New("spec.source is inline but spec.inline is not set")}
+		}
+		values := make(map[string]json.RawMessage, len(df.Spec.Inline.Value))
+		for k, v := range df.Spec.Inline.Value {
+			values[k] = v.Raw
+		}
+		blocks, err = source.Inline(values)
+		return blocks, "", false, err
+	case decov1.SourceGitHub:
+		gh := df.Spec.GitHub
+		if gh == nil {
+			return nil, "", false, &source.Error{Reason: source.ReasonInvalidContent, Err: errors.New("spec.source is github but spec.github is not set")}
+		}
+		own, err := r.secretValue(ctx, df.Namespace, gh.Secret, "token", "spec.github.secret")
+		if err != nil {
+			return nil, "", false, err
+		}
+		token, _ := r.opts.Tokens.Choose(gh.Org, own)
+		sha, err := r.opts.GitHub.Resolve(ctx, gh.Org, gh.Repo, gh.Commit, token)
+		if err != nil {
+			return nil, "", false, err
+		}
+		if upToDate(sha) {
+			return nil, sha, true, nil
+		}
+		blocks, err = r.opts.GitHub.Fetch(ctx, gh.Org, gh.Repo, sha, gh.Path, token)
+		return blocks, sha, false, err
+	case decov1.SourceGit:
+		g := df.Spec.Git
+		if g == nil {
+			return nil, "", false, &source.Error{Reason: source.ReasonInvalidContent, Err: errors.New("spec.source is git but spec.git is not set")}
+		}
+		auth, err := r.gitAuth(ctx, df)
+		if err != nil {
+			return nil, "", false, err
+		}
+		ref := g.Ref
+		if ref == "" {
+			ref = "main"
+		}
+		sha, err := r.opts.Git.Resolve(ctx, g.URL, ref, auth)
+		if err != nil {
+			return nil, "", false, err
+		}
+		if upToDate(sha) {
+			return nil, sha, true, nil
+		}
+		blocks, err = r.opts.Git.Fetch(ctx, g.URL, ref, sha, g.Path, auth)
+		return blocks, sha, false, err
+	}
+	return nil, "", false, &source.Error{Reason: source.ReasonInvalidContent, Err: fmt.Errorf("unknown spec.source %q", df.Spec.Source)}
+}
+
+// secretValue reads key of Secret name; "" name means no Secret.
+func (r *Reconciler) secretValue(ctx context.Context, ns, name, key, field string) (string, error) {
+	if name == "" {
+		return "", nil
+	}
+	s, err := r.secret(ctx, ns, name, field)
+	if err != nil {
+		return "", err
+	}
+	v := strings.TrimSpace(string(s.Data[key]))
+	if v == "" {
+		return "", &source.Error{Reason: source.ReasonCredentials, Err: fmt.Errorf("Secret %s named by %s has no %q key", name, field, key)}
+	}
+	return v, nil
+}
+
+func (r *Reconciler) secret(ctx context.Context, ns, name, field string) (*corev1.Secret, error) {
+	var s corev1.Secret
+	if err := r.reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, &source.Error{Reason: source.ReasonCredentials, Err: fmt.Errorf("Secret %s named by %s does not exist in namespace %s", name, field, ns)}
+		}
+		return nil, &source.Error{Reason: source.ReasonUnavailable, Transient: true, Err: fmt.Errorf("read Secret %s: %w", name, err)}
+	}
+	return &s, nil
+}
+
+func (r *Reconciler) gitAuth(ctx context.Context, df *decov1.Decofile) (*source.GitAuth, error) {
+	ref := df.Spec.Git.SecretRef
+	if ref == nil || ref.Name == "" {
+		return nil, nil
+	}
+	s, err := r.secret(ctx, df.Namespace, ref.Name, "spec.git.secretRef")
+	if err != nil {
+		return nil, err
+	}
+	a := &source.GitAuth{
+		Username:    string(s.Data["username"]),
+		Password:    string(s.Data["password"]),
+		BearerToken: string(s.Data["bearerToken"]),
+		Identity:    s.Data["identity"],
+		KnownHosts:  s.Data["known_hosts"],
+	}
+	if a.Username == "" && a.Password == "" && a.BearerToken == "" && len(a.Identity) == 0 {
+		return nil, &source.Error{Reason: source.ReasonCredentials, Err: fmt.Errorf("Secret %s named by spec.git.secretRef has none of username/password, bearerToken or identity", ref.Name)}
+	}
+	return a, nil
+}
+
+// configMap reads the Decofile's ConfigMap from the API server (nil when absent).
+func (r *Reconciler) configMap(ctx context.Context, df *decov1.Decofile) (*corev1.ConfigMap, error) {
+	var cm corev1.ConfigMap
+	err := r.reader.Get(ctx, client.ObjectKey{Namespace: df.Namespace, Name: df.ConfigMapName()}, &cm)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, &source.Error{Reason: ReasonStoreFailed, Transient: true, Err: fmt.Errorf("read ConfigMap %s: %w", df.ConfigMapName(), err)}
+	}
+	if owner := metav1.GetControllerOf(&cm); owner == nil || owner.UID != df.UID {
+		return nil, &source.Error{Reason: ReasonConfigMapConflict, Err: fmt.Errorf("ConfigMap %s exists and is not owned by this Decofile; delete or rename it", cm.Name)}
+	}
+	return &cm, nil
+}
+
+// isIntact reports whether cm holds exactly the content the status describes.
+func isIntact(cm *corev1.ConfigMap, s *decov1.DecofileStatus) bool {
+	if cm == nil || s.ContentHash == "" || cm.Annotations[AnnotationContentHash] != s.ContentHash {
+		return false
+	}
+	data, ok := cm.Data[keyOf(s.Format)]
+	if !ok || sha(data) != cm.Annotations[AnnotationStoredHash] {
+		return false
+	}
+	other := decov1.KeyJSON
+	if s.Format == decov1.FormatJSON {
+		other = decov1.KeyBin
+	}
+	if _, stale := cm.Data[other]; stale {
+		return false
+	}
+	return timestampOf(cm) == s.Timestamp
+}
+
+func sha(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+func timestampOf(cm *corev1.ConfigMap) int64 {
+	if cm == nil {
+		return 0
+	}
+	ts, _ := strconv.ParseInt(strings.TrimSpace(cm.Data[decov1.KeyTimestamp]), 10, 64)
+	return ts
+}
+
+// writeConfigMap creates or replaces the ConfigMap's data with res at timestamp ts.
+func (r *Reconciler) writeConfigMap(ctx context.Context, df *decov1.Decofile, cm *corev1.ConfigMap, res *encode.Result, hash string, ts int64) error {
+	create := cm == nil
+	if create {
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: df.ConfigMapName(), Namespace: df.Namespace}}
+	}
+	if cm.Labels == nil {
+		cm.Labels = map[string]string{}
+	}
+	if cm.Annotations == nil {
+		cm.Annotations = map[string]string{}
+	}
+	maps.Copy(cm.Labels, map[string]string{decov1.LabelManagedBy: decov1.ManagedByValue, decov1.LabelDecofile: df.Name})
+	cm.Annotations[AnnotationContentHash] = hash
+	cm.Annotations[AnnotationStoredHash] = sha(res.Data)
+	// Replace the whole data: a stale decofile.bin next to a new decofile.json would be loaded.
+	cm.Data = map[string]string{res.Key: res.Data, decov1.KeyTimestamp: strconv.FormatInt(ts, 10)}
+	cm.BinaryData = nil
+	if err := controllerutil.SetControllerReference(df, cm, r.client.Scheme()); err != nil {
+		return &source.Error{Reason: ReasonStoreFailed, Err: fmt.Errorf("own ConfigMap %s: %w", cm.Name, err)}
+	}
+	var err error
+	if create {
+		err = r.client.Create(ctx, cm)
+	} else {
+		err = r.client.Update(ctx, cm) // resourceVersion from the read: a concurrent change conflicts
+	}
+	if err != nil {
+		if apierrors.IsRequestEntityTooLargeError(err) || apierrors.IsInvalid(err) {
+			return &source.Error{Reason: decov1.ReasonTooLarge, Err: fmt.Errorf("the API server refused ConfigMap %s (%d bytes stored): %w; use spec.target: s3", cm.Name, res.StoredBytes(), err)}
+		}
+		return &source.Error{Reason: ReasonStoreFailed, Transient: true, Err: fmt.Errorf("write ConfigMap %s: %w", cm.Name, err)}
+	}
+	return nil
+}
+
+// ensureReloadSecret creates the Decofile's reload Secret with a random token when it does not
+// exist. An existing Secret is never changed: running pods hold its token.
+func (r *Reconciler) ensureReloadSecret(ctx context.Context, df *decov1.Decofile) error {
+	name := df.ReloadSecretName()
+	var s corev1.Secret
+	err := r.reader.Get(ctx, client.ObjectKey{Namespace: df.Namespace, Name: name}, &s)
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("read reload Secret %s: %w", name, err)
+	}
+	buf := make([]byte, 32)
+	if _, err := rand.Read(buf); err != nil {
+		return fmt.Errorf("generate reload token: %w", err)
+	}
+	s = corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: df.Namespace, Labels: map[string]string{decov1.LabelManagedBy: decov1.ManagedByValue, decov1.LabelDecofile: df.Name}},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{decov1.ReloadTokenKey: []byte(hex.EncodeToString(buf))},
+	}
+	if err := controllerutil.SetControllerReference(df, &s, r.client.Scheme()); err != nil {
+		return fmt.Errorf("own reload Secret %s: %w", name, err)
+	}
+	if err := r.client.Create(ctx, &s); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create reload Secret %s: %w", name, err)
+	}
+	return nil
+}
+
+// patchStatus writes next as the Decofile's status unless nothing changed. It patches with an
+// optimistic lock and only the fields this controller owns, so the rollout controller's
+// notifiedHash, rollout and PodsNotified condition are never overwritten.
+func (r *Reconciler) patchStatus(ctx context.Context, df *decov1.Decofile, next *decov1.DecofileStatus) error {
+	if statusEqual(&df.Status, next) {
+		return nil
+	}
+	key := types.NamespacedName{Namespace: df.Namespace, Name: df.Name}
+	first := true
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		cur := df
+		if !first {
+			cur = &decov1.Decofile{}
+			if err := r.reader.Get(ctx, key, cur); err != nil {
+				return fmt.Errorf("get Decofile %s: %w", key, err)
+			}
+		}
+		first = false
+		old := cur.DeepCopy()
+		apply(&cur.Status, next)
+		if equality.Semantic.DeepEqual(old.Status, cur.Status) {
+			return nil
+		}
+		if err := r.client.Status().Patch(ctx, cur, client.MergeFromWithOptions(old, client.MergeFromWithOptimisticLock{})); err != nil {
+			return err
+		}
+		return nil
+	})
+}
+
+// apply copies the fields this controller owns from next into s.
+func apply(s, next *decov1.DecofileStatus) {
+	s.ObservedGeneration = next.ObservedGeneration
+	s.SourceType = next.SourceType
+	s.GitHubCommit, s.ShortCommit = next.GitHubCommit, next.ShortCommit
+	s.ContentHash = next.ContentHash
+	s.ConfigMapName = next.ConfigMapName
+	s.Format = next.Format
+	s.RawBytes, s.StoredBytes = next.RawBytes, next.StoredBytes
+	s.Timestamp = next.Timestamp
+	s.LastUpdated = next.LastUpdated
+	if c := meta.FindStatusCondition(next.Conditions, decov1.ConditionReady); c != nil {
+		meta.SetStatusCondition(&s.Conditions, *c)
+	}
+}
+
+func statusEqual(cur, next *decov1.DecofileStatus) bool {
+	probe := cur.DeepCopy()
+	apply(probe, next)
+	return equality.Semantic.DeepEqual(*probe, *cur)
+}
