@@ -143,7 +143,9 @@ func TestResumeFromCursorDoesNotReplay(t *testing.T) {
 	if err := c.Client.Create(ctx, cm2); err != nil {
 		t.Fatal(err)
 	}
-	sink.find(t, "b", func(op gitwriter.Op) bool { return op.Kind == gitwriter.OpUpsert && strings.HasSuffix(op.Change.Path, "/b.yaml") })
+	sink.find(t, "b", func(op gitwriter.Op) bool {
+		return op.Kind == gitwriter.OpUpsert && strings.HasSuffix(op.Change.Path, "/b.yaml")
+	})
 	sink.mu.Lock()
 	defer sink.mu.Unlock()
 	for _, op := range sink.ops {
