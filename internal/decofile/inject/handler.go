@@ -66,6 +66,10 @@ func (h *Injector) Handle(ctx context.Context, req admission.Request) admission.
 	if err := utiljson.Unmarshal(req.Object.Raw, &obj.Object); err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode %s: %w", req.Kind.Kind, err))
 	}
+	if obj.GetDeletionTimestamp() != nil {
+		// Finalizers are being removed; the pods are going away, nothing to inject.
+		return admission.Allowed("")
+	}
 	tpl, err := ReadTemplate(obj)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("%s %s/%s: %w", req.Kind.Kind, req.Namespace, obj.GetName(), err))
@@ -108,7 +112,7 @@ func (h *Injector) mutate(ctx context.Context, namespace string, obj *unstructur
 	plan := Plan{ValkeyACL: valkey, Container: ann[decov1.AnnotationContainer]}
 
 	if !wantDecofile {
-		if _, ok := obj.GetLabels()[decov1.LabelDecofile]; ok {
+		if name, ok := obj.GetLabels()[decov1.LabelDecofile]; ok && Injected(tpl, name) {
 			// Injected before, no longer asked for: remove the injection so the Decofile can go.
 			Strip(tpl)
 			setObjectLabel(obj, "")

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 )
@@ -132,6 +133,22 @@ func Strip(t *Template) {
 			c.Env = nil
 		}
 	}
+}
+
+// Injected reports whether t carries this webhook's injection of the Decofile name: the reload
+// token reference to its Secret is the fingerprint. A label alone is not enough, since users may
+// set deco.sites/decofile themselves on workloads they configure by hand.
+func Injected(t *Template, name string) bool {
+	secret := (&decov1.Decofile{ObjectMeta: metav1.ObjectMeta{Name: name}}).ReloadSecretName()
+	for _, c := range t.Containers {
+		for _, e := range c.Env {
+			if e.Name == decov1.EnvReloadToken && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil &&
+				e.ValueFrom.SecretKeyRef.Name == secret && e.ValueFrom.SecretKeyRef.Key == decov1.ReloadTokenKey {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // pickContainer finds the container named want, else "app", else the first.

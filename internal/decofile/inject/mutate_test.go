@@ -267,3 +267,18 @@ func TestManifestsMatchCode(t *testing.T) {
 		})
 	}
 }
+
+func TestInjectedNeedsTheTokenFingerprint(t *testing.T) {
+	tpl := &inject.Template{Containers: []corev1.Container{{Name: "app", Env: []corev1.EnvVar{{Name: decov1.EnvRelease, Value: "file:///x.json"}}}}}
+	if inject.Injected(tpl, "site") {
+		t.Error("a hand-configured DECO_RELEASE counts as an injection")
+	}
+	inject.Apply(tpl, configMapPlan())
+	if !inject.Injected(tpl, "site") || inject.Injected(tpl, "other") {
+		t.Error("fingerprint not recognised for the right Decofile only")
+	}
+	inject.Strip(tpl)
+	if inject.Injected(tpl, "site") || len(tpl.Volumes) != 0 || len(tpl.Containers[0].Env) != 0 || len(tpl.Containers[0].VolumeMounts) != 0 {
+		t.Errorf("Strip left %+v", tpl)
+	}
+}
