@@ -1,0 +1,294 @@
+package attribution
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+
+	"github.com/siteops/siteops/internal/mirror/gitwriter"
+	"github.com/siteops/siteops/internal/mirror/store"
+	"github.com/siteops/siteops/internal/servers"
+	"github.com/siteops/siteops/internal/testenv"
+)
+
+var cm = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+
+func TestIdentitySignature(t *testing.T) {
+	id := Identity{}
+	for _, tc := range []struct {
+		name string
+		fact store.AuthorFact
+		want gitwriter.Signature
+	}{
+		{"claims", store.AuthorFact{Author: "oidc:1234", DisplayName: "Alice Liddell", Email: "alice@example.com"}, gitwriter.Signature{Name: "Alice Liddell", Email: "alice@example.com"}},
+		{"username only", store.AuthorFact{Author: "bob"}, gitwriter.Signature{Name: "bob", Email: "bob@users.noreply.invalid"}},
+		{"email username behind prefix", store.AuthorFact{Author: "oidc:carol@example.org"}, gitwriter.Signature{Name: "oidc:carol@example.org", Email: "carol@example.org"}},
+		{"odd characters", store.AuthorFact{Author: "CN=Dave Smith,O=ops"}, gitwriter.Signature{Name: "CN=Dave Smith,O=ops", Email: "cn-dave-smith-o-ops@users.noreply.invalid"}},
+		{"service account", store.AuthorFact{Author: "system:serviceaccount:ci:deployer", IsServiceAccount: true, DisplayName: "ignored"},
+			gitwriter.Signature{Name: "system:serviceaccount:ci:deployer", Email: "system-serviceaccount-ci-deployer@users.noreply.invalid"}},
+		{"empty", store.AuthorFact{Author: ":::"}, gitwriter.Signature{Name: ":::", Email: "unknown@users.noreply.invalid"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := id.Signature(tc.fact); got != tc.want {
+				t.Fatalf("Signature = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	if got := (Identity{NoreplyDomain: "noreply.example.com"}).Noreply("x"); got != "x@noreply.example.com" {
+		t.Fatalf("custom domain: %s", got)
+	}
+	got := id.CommandSignature(store.CommandAuthor{Author: "system:serviceaccount:a:b"})
+	if got.Name != "system:serviceaccount:a:b" || !strings.HasPrefix(got.Email, "system-serviceaccount-a-b@") {
+		t.Fatalf("command SA signature = %+v", got)
+	}
+}
+
+// facts is an in-memory fact table for ordering tests (pure logic).
+type facts struct {
+	mu sync.Mutex
+	m  map[string]store.AuthorFact // uid/rv
+}
+
+func (f *facts) set(uid, rv, author string) {
+	f.mu.Lock()
+	f.m[uid+"/"+rv] = store.AuthorFact{Author: author, UID: uid, ResourceVersion: rv}
+	f.mu.Unlock()
+}
+
+func (f *facts) LookupAuthorResolutionErr(_ context.Context, _ string, _ schema.GroupVersionResource, uid types.UID, rv string, _ bool) (store.AuthorResolution, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if v, ok := f.m[string(uid)+"/"+rv]; ok {
+		return store.AuthorResolution{Fact: v, Result: store.AttributionExactUser}, nil
+	}
+	return store.AuthorResolution{Result: store.AttributionAbsent}, nil
+}
+
+type handed struct {
+	op gitwriter.Op
+	at time.Time
+}
+
+type sink struct {
+	mu  sync.Mutex
+	ops []handed
+}
+
+func (s *sink) Enqueue(_ context.Context, op gitwriter.Op) error {
+	s.mu.Lock()
+	s.ops = append(s.ops, handed{op, time.Now()})
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *sink) snapshot() []handed {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]handed(nil), s.ops...)
+}
+
+func upsert(path, rv string) gitwriter.Op {
+	return gitwriter.Op{Kind: gitwriter.OpUpsert, Change: gitwriter.Change{Path: path, Ref: path}, Cursor: gitwriter.Cursor{TargetUID: "t", GVR: cm, Namespace: "ns", RV: rv}}
+}
+
+func describe(hs []handed) string {
+	var parts []string
+	for _, h := range hs {
+		a := "committer"
+		if h.op.Change.Author != nil {
+			a = h.op.Change.Author.Name
+		}
+		p := h.op.Change.Path
+		if h.op.Kind == gitwriter.OpSweep {
+			p = "sweep"
+		}
+		if h.op.Kind == gitwriter.OpMark {
+			p = "mark"
+		}
+		parts = append(parts, fmt.Sprintf("%s@%s(%s)", p, h.op.Cursor.RV, a))
+	}
+	return strings.Join(parts, " ")
+}
+
+func TestStreamOrdering(t *testing.T) {
+	f := &facts{m: map[string]store.AuthorFact{}}
+	r := New(Config{Index: f, Route: "r", Grace: 3 * time.Second, MaxPoll: 10 * time.Millisecond})
+	out := &sink{}
+	s := r.NewStream(out, cm)
+	ctx := context.Background()
+	ev := func(uid, rv string) Event { return Event{UID: types.UID(uid), RV: rv, ExactCapable: true} }
+
+	// a@1 waits for its fact; b@2 has one; a@3 (same object) must wait behind a@1; mark@4 and
+	// c@5 go ahead but carry no cursor while a@1 is outstanding.
+	f.set("b", "2", "bob")
+	f.set("c", "5", "carol")
+	f.set("a", "3", "alice")
+	must(t, s.EnqueueEvent(ctx, upsert("a", "1"), ev("a", "1")))
+	must(t, s.EnqueueEvent(ctx, upsert("b", "2"), ev("b", "2")))
+	must(t, s.EnqueueEvent(ctx, upsert("a", "3"), ev("a", "3")))
+	must(t, s.Enqueue(ctx, gitwriter.Op{Kind: gitwriter.OpMark, Cursor: gitwriter.Cursor{TargetUID: "t", GVR: cm, Namespace: "ns", RV: "4"}}))
+	must(t, s.EnqueueEvent(ctx, upsert("c", "5"), ev("c", "5")))
+	testenv.Eventually(t, 2*time.Second, func() error {
+		// Independent objects resolve concurrently, so their order is free; none may carry a
+		// cursor while a@1 is outstanding.
+		parts := strings.Fields(describe(out.snapshot()))
+		sort.Strings(parts)
+		if got := strings.Join(parts, " "); got != "b@(bob) c@(carol) mark@(committer)" {
+			return fmt.Errorf("handed over %q", got)
+		}
+		return nil
+	})
+	if s.Pending() != 2 {
+		t.Fatalf("pending = %d, want 2 (a@1, a@3)", s.Pending())
+	}
+	// a@1's fact arrives: a@1 then a@3 go, and a@3 (the last of the handed-over prefix) carries
+	// the cursor of everything up to RV 5.
+	f.set("a", "1", "alice")
+	r.Notify()
+	testenv.Eventually(t, 2*time.Second, func() error {
+		if got := describe(out.snapshot()[3:]); got != "a@(alice) a@5(alice)" {
+			return fmt.Errorf("handed over %q", got)
+		}
+		return nil
+	})
+	if c := out.snapshot()[4].op.Cursor; c.TargetUID != "t" || c.Namespace != "ns" || c.GVR != cm {
+		t.Fatalf("carried cursor = %+v", c)
+	}
+
+	// A sweep is a barrier: it waits for d@6 and e@8 waits for the sweep.
+	must(t, s.EnqueueEvent(ctx, upsert("d", "6"), ev("d", "6")))
+	must(t, s.Enqueue(ctx, gitwriter.Op{Kind: gitwriter.OpSweep, SweepDir: "x", Cursor: gitwriter.Cursor{TargetUID: "t", GVR: cm, Namespace: "ns", RV: "7"}}))
+	f.set("e", "8", "erin")
+	must(t, s.EnqueueEvent(ctx, upsert("e", "8"), ev("e", "8")))
+	time.Sleep(100 * time.Millisecond)
+	if n := len(out.snapshot()); n != 5 {
+		t.Fatalf("ops passed the barrier: %s", describe(out.snapshot()))
+	}
+	f.set("d", "6", "dave")
+	r.Notify()
+	testenv.Eventually(t, 2*time.Second, func() error {
+		got := describe(out.snapshot()[5:])
+		if got != "d@(dave) sweep@(committer) e@8(erin)" {
+			return fmt.Errorf("handed over %q", got)
+		}
+		return nil
+	})
+}
+
+func TestStreamGraceExpiresToCommitter(t *testing.T) {
+	f := &facts{m: map[string]store.AuthorFact{}}
+	var mu sync.Mutex
+	var results []store.AttributionResult
+	r := New(Config{Index: f, Route: "r", Grace: 150 * time.Millisecond, OnResolved: func(res Resolved) {
+		mu.Lock()
+		results = append(results, res.Result)
+		mu.Unlock()
+	}})
+	out := &sink{}
+	s := r.NewStream(out, cm)
+	start := time.Now()
+	must(t, s.EnqueueEvent(context.Background(), upsert("a", "1"), Event{UID: "a", RV: "1", ExactCapable: true}))
+	testenv.Eventually(t, 2*time.Second, func() error {
+		if len(out.snapshot()) != 1 {
+			return fmt.Errorf("not handed over")
+		}
+		return nil
+	})
+	h := out.snapshot()[0]
+	if h.op.Change.Author != nil || h.op.Cursor.RV != "1" {
+		t.Fatalf("absent op = %+v", h.op)
+	}
+	if d := h.at.Sub(start); d < 150*time.Millisecond {
+		t.Fatalf("handed over after %v, before the grace", d)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(results) != 1 || results[0] != store.AttributionAbsent {
+		t.Fatalf("results = %v", results)
+	}
+	// Disabled attribution: no wait, committer.
+	out2 := &sink{}
+	off := New(Config{}).NewStream(out2, cm)
+	must(t, off.EnqueueEvent(context.Background(), upsert("a", "1"), Event{UID: "a", RV: "1", ExactCapable: true}))
+	if got := describe(out2.snapshot()); got != "a@1(committer)" {
+		t.Fatalf("disabled: %q", got)
+	}
+}
+
+// TestSlowFactDoesNotDelayOthers measures, against a real Redis, that an event whose fact never
+// comes (it waits the whole grace) does not delay another author's event whose fact is stored
+// shortly after the watch event.
+func TestSlowFactDoesNotDelayOthers(t *testing.T) {
+	srv := testenv.Redis(t, servers.RedisOptions{})
+	st, err := store.NewRedisStore(store.RedisStoreConfig{Addr: srv.Addr, KeyPrefix: "wait"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	idx := st.AttributionIndex(time.Minute)
+	const grace = 2 * time.Second
+	r := New(Config{Index: idx, Route: "r", Grace: grace})
+	out := &sink{}
+	s := r.NewStream(out, cm)
+	ctx := context.Background()
+	start := time.Now()
+	must(t, s.EnqueueEvent(ctx, upsert("slow", "1"), Event{UID: "slow", RV: "1", ExactCapable: true}))
+	must(t, s.EnqueueEvent(ctx, upsert("fast", "2"), Event{UID: "fast", RV: "2", ExactCapable: true}))
+	time.Sleep(100 * time.Millisecond)
+	must(t, idx.RecordFact(ctx, "r", auditEvent("bob", "fast", "2")))
+	r.Notify()
+	var fastAt time.Duration
+	testenv.Eventually(t, grace+2*time.Second, func() error {
+		hs := out.snapshot()
+		for _, h := range hs {
+			if h.op.Change.Path == "fast" && fastAt == 0 {
+				fastAt = h.at.Sub(start)
+				if h.op.Change.Author == nil || h.op.Change.Author.Name != "bob" {
+					t.Errorf("fast author = %+v", h.op.Change.Author)
+				}
+			}
+		}
+		if len(hs) != 2 {
+			return fmt.Errorf("%d handed over", len(hs))
+		}
+		return nil
+	})
+	slowAt := out.snapshot()[1].at.Sub(start)
+	t.Logf("fast event handed over after %v, slow (absent) after %v", fastAt, slowAt)
+	if fastAt > grace/2 {
+		t.Fatalf("fast event waited %v behind the slow one (grace %v)", fastAt, grace)
+	}
+	if slowAt < grace {
+		t.Fatalf("slow event handed over after %v, before the grace %v", slowAt, grace)
+	}
+	if out.snapshot()[0].op.Cursor.RV != "" || out.snapshot()[1].op.Cursor.RV != "2" {
+		t.Fatalf("cursors: fast %q slow %q; want the cursor carried by the slow op", out.snapshot()[0].op.Cursor.RV, out.snapshot()[1].op.Cursor.RV)
+	}
+}
+
+func auditEvent(user, uid, rv string) auditv1.Event {
+	return auditv1.Event{
+		Stage: auditv1.StageResponseComplete, Verb: "update", User: authnv1.UserInfo{Username: user},
+		ObjectRef:      &auditv1.ObjectReference{Resource: "configmaps", Namespace: "ns", Name: uid},
+		ResponseStatus: &metav1.Status{Code: 200},
+		ResponseObject: &runtime.Unknown{Raw: fmt.Appendf(nil, `{"metadata":{"uid":%q,"resourceVersion":%q}}`, uid, rv)},
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
