@@ -120,6 +120,9 @@ type Engine struct {
 	OnTargetChange func(types.NamespacedName)
 	// WriterHook, when set, adjusts every writer's config before it starts (tests, benchmarks).
 	WriterHook func(*gitwriter.Config)
+	// StreamHook, when set, adjusts every watch stream's config before it starts: per-event
+	// author resolution wraps cfg.Sink and sets cfg.SubmitEvent here. uid is the GitTarget's.
+	StreamHook func(target types.NamespacedName, uid string, cfg *watch.Config)
 
 	mu      sync.Mutex
 	statsMu sync.Mutex
@@ -341,6 +344,9 @@ func (e *Engine) startStream(target types.NamespacedName, t *targetRun, wr *writ
 	}
 	if e.cursors != nil {
 		cfg.Cursors = e.cursors
+	}
+	if e.StreamHook != nil {
+		e.StreamHook(target, t.spec.UID, &cfg)
 	}
 	ctx, cancel := context.WithCancel(e.ctx)
 	ctx = logf.IntoContext(ctx, logf.FromContext(e.ctx).WithName("mirror-watch").WithValues("gitTarget", target.String()))

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -54,6 +55,12 @@ type Config struct {
 	Cursors CursorLookup
 	// OnReplay, when set, is called with the reason whenever a full replay starts.
 	OnReplay func(reason string)
+	// SubmitEvent, when set, receives the op of each live (not replayed) object event instead of
+	// Sink, with the event's identity, so a per-event author can be resolved before the op
+	// reaches the writer. exactCapable is false for removals (DELETED, or a deletionTimestamp),
+	// whose resourceVersion never matches the deleting request's. Marks, sweeps and replayed
+	// objects always go to Sink, which must share SubmitEvent's ordering.
+	SubmitEvent func(ctx context.Context, op gitwriter.Op, uid types.UID, rv string, exactCapable bool) error
 }
 
 // Stream is one running watch.
@@ -322,8 +329,14 @@ func (s *Stream) handle(ctx context.Context, typ watch.EventType, obj *unstructu
 	if !s.allowed(op) || (deleted && s.cfg.IgnoreDeletes) {
 		return s.cfg.Sink.Enqueue(ctx, mark)
 	}
+	submit := s.cfg.Sink.Enqueue
+	if s.cfg.SubmitEvent != nil && !replaying {
+		submit = func(ctx context.Context, op gitwriter.Op) error {
+			return s.cfg.SubmitEvent(ctx, op, obj.GetUID(), obj.GetResourceVersion(), !deleted)
+		}
+	}
 	if deleted {
-		return s.cfg.Sink.Enqueue(ctx, gitwriter.Op{Kind: gitwriter.OpDelete, Change: gitwriter.Change{Path: path, Ref: ref, Received: now}, Cursor: cursor})
+		return submit(ctx, gitwriter.Op{Kind: gitwriter.OpDelete, Change: gitwriter.Change{Path: path, Ref: ref, Received: now}, Cursor: cursor})
 	}
 	content, err := sanitize.Object(obj)
 	if err != nil {
@@ -331,5 +344,5 @@ func (s *Stream) handle(ctx context.Context, typ watch.EventType, obj *unstructu
 		logf.FromContext(ctx).Error(err, "sanitize object; skipped", "name", obj.GetName())
 		return s.cfg.Sink.Enqueue(ctx, mark)
 	}
-	return s.cfg.Sink.Enqueue(ctx, gitwriter.Op{Kind: gitwriter.OpUpsert, Change: gitwriter.Change{Path: path, Content: content, Ref: ref, Received: now}, Cursor: cursor})
+	return submit(ctx, gitwriter.Op{Kind: gitwriter.OpUpsert, Change: gitwriter.Change{Path: path, Content: content, Ref: ref, Received: now}, Cursor: cursor})
 }

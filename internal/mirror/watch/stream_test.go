@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -214,3 +215,59 @@ func TestGoneCursorReplaysAndSweeps(t *testing.T) {
 }
 
 func keyOf(ns, name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }
+
+func TestLiveEventsGoThroughSubmitEvent(t *testing.T) {
+	c := testenv.APIServer(t)
+	ns := c.Namespace(t, "watch", nil)
+	ctx := context.Background()
+	if err := c.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "old", Namespace: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	sink := &recordingSink{}
+	type submitted struct {
+		op    gitwriter.Op
+		uid   string
+		rv    string
+		exact bool
+	}
+	var mu sync.Mutex
+	var subs []submitted
+	run(t, Config{Client: dynamic.NewForConfigOrDie(c.Config), GVR: cmGVR, Namespace: ns, TargetUID: "uid", Sink: sink,
+		SubmitEvent: func(_ context.Context, op gitwriter.Op, uid types.UID, rv string, exact bool) error {
+			mu.Lock()
+			subs = append(subs, submitted{op, string(uid), rv, exact})
+			mu.Unlock()
+			return nil
+		}})
+	sink.find(t, "sweep", func(op gitwriter.Op) bool { return op.Kind == gitwriter.OpSweep })
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "new", Namespace: ns}}
+	if err := c.Client.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Client.Delete(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(subs) != 2 {
+			return fmt.Errorf("%d submitted", len(subs))
+		}
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if subs[0].op.Kind != gitwriter.OpUpsert || subs[0].uid != string(cm.UID) || subs[0].rv != subs[0].op.Cursor.RV || !subs[0].exact {
+		t.Errorf("create submitted as %+v", subs[0])
+	}
+	if subs[1].op.Kind != gitwriter.OpDelete || subs[1].uid != string(cm.UID) || subs[1].exact {
+		t.Errorf("delete submitted as %+v", subs[1])
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	for _, op := range sink.ops {
+		if strings.HasSuffix(op.Change.Path, "/new.yaml") {
+			t.Errorf("live event bypassed SubmitEvent: %+v", op)
+		}
+	}
+}
