@@ -32,10 +32,20 @@ generate:
 manifests:
 	$(TOOLS) controller-gen crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(TOOLS) controller-gen rbac:roleName=manager-role paths=./internal/... output:rbac:artifacts:config=config/rbac
+	@# The Helm chart ships the same CRDs and webhook configurations, and one ClusterRole rules
+	@# file per part, so a part that is switched off gets no permissions.
+	mkdir -p charts/siteops/crds charts/siteops/files/rbac
+	rm -f charts/siteops/crds/*.yaml && cp config/crd/bases/*.yaml charts/siteops/crds/
+	cp config/webhook/manifests.yaml charts/siteops/files/webhooks.yaml
+	for part in decofile tenant mirror webhookcert; do \
+	  $(TOOLS) controller-gen rbac:roleName=siteops-$$part paths=./internal/$$part/... output:rbac:stdout > charts/siteops/files/rbac/$$part.yaml; \
+	done
 
 ## check-manifests: fail when generated code or manifests are stale
 check-manifests: generate manifests
-	@git diff --exit-code -- api config || { echo "generated files are stale: run 'make generate manifests' and commit"; exit 1; }
+	@git diff --exit-code -- api config charts || { echo "generated files are stale: run 'make generate manifests' and commit"; exit 1; }
+	@untracked=$$(git ls-files --others --exclude-standard -- config/crd/bases config/rbac charts/siteops/crds charts/siteops/files); \
+	  [ -z "$$untracked" ] || { echo "generated files are not committed: $$untracked"; exit 1; }
 
 ## test-deps: Debian packages the tests use (installed when missing and running as root)
 test-deps:

@@ -1,0 +1,100 @@
+{{/* Name of the chart, overridable. */}}
+{{- define "siteops.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Full name: the release name, prefixed with the chart name unless it already contains it. */}}
+{{- define "siteops.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "siteops.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: siteops
+{{ include "siteops.selectorLabels" . }}
+{{- end -}}
+
+{{/* Labels of the manager pods; the Services and the PodDisruptionBudget select on these. */}}
+{{- define "siteops.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "siteops.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: manager
+{{- end -}}
+
+{{- define "siteops.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "siteops.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "siteops.webhookService" -}}
+{{- printf "%s-webhook-service" (include "siteops.fullname" .) -}}
+{{- end -}}
+
+{{/* The enabled parts, from flags.controllers (a list or a comma-separated string), as JSON. */}}
+{{- define "siteops.controllers" -}}
+{{- $c := index .Values.flags "controllers" -}}
+{{- if kindIs "string" $c -}}{{- $c = splitList "," $c -}}{{- end -}}
+{{- $out := list -}}
+{{- range $c -}}{{- $out = append $out (trim .) -}}{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/* "true" when part . (a dict with part and root) is enabled. */}}
+{{- define "siteops.enabled" -}}
+{{- if has .part (include "siteops.controllers" .root | fromJsonArray) -}}true{{- end -}}
+{{- end -}}
+
+{{/* "true" when the admission webhooks are served: the decofile part runs with injection. */}}
+{{- define "siteops.webhooks" -}}
+{{- if and (include "siteops.enabled" (dict "part" "decofile" "root" .)) (not (index .Values.flags "decofile-disable-injection")) -}}true{{- end -}}
+{{- end -}}
+
+{{- define "siteops.selfSigned" -}}
+{{- if index .Values.flags "webhook-self-signed" -}}true{{- end -}}
+{{- end -}}
+
+{{/* Names of the webhook configurations; the manager patches these names in self-signed mode. */}}
+{{- define "siteops.mutatingWebhookName" -}}siteops-decofile-inject{{- end -}}
+{{- define "siteops.validatingWebhookName" -}}siteops-decofile-protect{{- end -}}
+
+{{/* The port of a bind address such as ":8080" or "0.0.0.0:8080". */}}
+{{- define "siteops.port" -}}
+{{- regexReplaceAll "^.*:" (toString .) "" -}}
+{{- end -}}
+
+{{/* The flags with the release-dependent defaults filled in, as JSON. */}}
+{{- define "siteops.flags" -}}
+{{- $flags := deepCopy .Values.flags -}}
+{{- $svc := include "siteops.webhookService" . -}}
+{{- if kindIs "invalid" (index $flags "webhook-cert-hosts") -}}
+{{- $_ := set $flags "webhook-cert-hosts" (list (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace)) -}}
+{{- end -}}
+{{- if and (kindIs "invalid" (index $flags "webhook-ca-secret")) (include "siteops.selfSigned" .) -}}
+{{- $_ := set $flags "webhook-ca-secret" (printf "%s/%s-webhook-ca" .Release.Namespace (include "siteops.fullname" .)) -}}
+{{- end -}}
+{{- toJson $flags -}}
+{{- end -}}
+
+{{/* One flag value as the manager parses it: lists joined with commas, whole numbers without exponent. */}}
+{{- define "siteops.flagValue" -}}
+{{- if kindIs "slice" . -}}
+{{- join "," . -}}
+{{- else if kindIs "float64" . -}}
+{{- int64 . -}}
+{{- else -}}
+{{- toString . -}}
+{{- end -}}
+{{- end -}}
