@@ -76,17 +76,24 @@ func (h *Injector) Handle(ctx context.Context, req admission.Request) admission.
 	}
 	before := copyTemplate(tpl)
 
-	warnings, err := h.mutate(ctx, req.Namespace, obj, tpl)
+	warnings, result, err := h.mutate(ctx, req.Namespace, obj, tpl)
 	if err != nil {
+		AdmissionsTotal.WithLabelValues(req.Kind.Kind, ResultError).Inc()
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
 	if err := WriteTemplate(obj, before, tpl); err != nil {
+		AdmissionsTotal.WithLabelValues(req.Kind.Kind, ResultError).Inc()
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("write pod template: %w", err))
 	}
 	out, err := json.Marshal(obj.Object)
 	if err != nil {
+		AdmissionsTotal.WithLabelValues(req.Kind.Kind, ResultError).Inc()
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
+	if len(warnings) > 0 && result == ResultInjected {
+		result = ResultWarned
+	}
+	AdmissionsTotal.WithLabelValues(req.Kind.Kind, result).Inc()
 	resp := admission.PatchResponseFromRaw(req.Object.Raw, out)
 	resp.Warnings = warnings
 	if len(warnings) > 0 {
@@ -95,8 +102,9 @@ func (h *Injector) Handle(ctx context.Context, req admission.Request) admission.
 	return resp
 }
 
-// mutate decides the plan for obj and applies it to tpl and to obj's own labels.
-func (h *Injector) mutate(ctx context.Context, namespace string, obj *unstructured.Unstructured, tpl *Template) ([]string, error) {
+// mutate decides the plan for obj and applies it to tpl and to obj's own labels. It returns the
+// warnings for the user and the result to count.
+func (h *Injector) mutate(ctx context.Context, namespace string, obj *unstructured.Unstructured, tpl *Template) ([]string, string, error) {
 	ann := obj.GetAnnotations()
 	value, wantDecofile := ann[decov1.AnnotationInject]
 	value = strings.TrimSpace(value)
@@ -112,26 +120,28 @@ func (h *Injector) mutate(ctx context.Context, namespace string, obj *unstructur
 	plan := Plan{ValkeyACL: valkey, Container: ann[decov1.AnnotationContainer]}
 
 	if !wantDecofile {
+		result := ResultValkeyOnly
 		if name, ok := obj.GetLabels()[decov1.LabelDecofile]; ok && Injected(tpl, name) {
 			// Injected before, no longer asked for: remove the injection so the Decofile can go.
 			Strip(tpl)
 			setObjectLabel(obj, "")
+			result = ResultStripped
 		}
 		if _, ok := ann[decov1.AnnotationValkeyACLInject]; ok {
 			warnings = append(warnings, Apply(tpl, plan)...)
 		}
-		return warnings, nil
+		return warnings, result, nil
 	}
 
 	d, w, err := h.resolve(ctx, namespace, value, obj, tpl)
 	warnings = append(warnings, w...)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if d == nil {
 		// Nothing to inject yet; still give the tenant its cache credentials.
 		warnings = append(warnings, Apply(tpl, plan)...)
-		return warnings, nil
+		return warnings, ResultWarned, nil
 	}
 
 	plan.Decofile = d.Name
@@ -167,7 +177,7 @@ func (h *Injector) mutate(ctx context.Context, namespace string, obj *unstructur
 
 	warnings = append(warnings, Apply(tpl, plan)...)
 	setObjectLabel(obj, d.Name)
-	return warnings, nil
+	return warnings, ResultInjected, nil
 }
 
 // resolve finds the Decofile the annotation value asks for. A nil Decofile with warnings means

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -327,6 +328,12 @@ func TestResolutionModes(t *testing.T) {
 	}
 
 	t.Run("missing", func(t *testing.T) {
+		warned := testutil.ToFloat64(inject.AdmissionsTotal.WithLabelValues("Service", inject.ResultWarned))
+		defer func() {
+			if got := testutil.ToFloat64(inject.AdmissionsTotal.WithLabelValues("Service", inject.ResultWarned)) - warned; got != 3 {
+				t.Errorf("%s{result=warned} grew by %v, want 3", "siteops_decofile_injection_admissions_total", got)
+			}
+		}()
 		for _, mc := range []struct {
 			value, wantWarning string
 			labels             map[string]string
@@ -558,6 +565,7 @@ func TestDecofileDeleteDeniedWhileReferenced(t *testing.T) {
 	}
 
 	// Removing the annotation strips the injection and the reference.
+	stripped := testutil.ToFloat64(inject.AdmissionsTotal.WithLabelValues("Deployment", inject.ResultStripped))
 	if err := c.Client.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
 		t.Fatal(err)
 	}
@@ -568,6 +576,9 @@ func TestDecofileDeleteDeniedWhileReferenced(t *testing.T) {
 	tpl := template(t, c.Client, dep)
 	if len(tpl.Volumes) != 0 || env(tpl.Containers[0], decov1.EnvRelease) != nil || tpl.Labels[decov1.LabelDecofile] != "" {
 		t.Errorf("injection not stripped: %+v", tpl)
+	}
+	if got := testutil.ToFloat64(inject.AdmissionsTotal.WithLabelValues("Deployment", inject.ResultStripped)) - stripped; got != 1 {
+		t.Errorf("stripped admissions grew by %v, want 1", got)
 	}
 	err = c.Client.Delete(ctx, d.DeepCopy())
 	if !apierrors.IsForbidden(err) || strings.Contains(err.Error(), "deployment.apps/site") {
