@@ -1,0 +1,211 @@
+package emit_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/siteops/siteops/internal/servers"
+	"github.com/siteops/siteops/internal/testenv"
+	"github.com/siteops/siteops/internal/waves"
+	"github.com/siteops/siteops/internal/waves/emit"
+	"github.com/siteops/siteops/internal/waves/plan"
+	"github.com/siteops/siteops/internal/waves/repo"
+)
+
+// fluxModule is the module whose CRD the emitted Kustomizations must satisfy: the controller
+// release matching the API package in go.mod.
+const fluxModule = "github.com/fluxcd/kustomize-controller@v1.9.6"
+
+var crdErr error
+
+func TestMain(m *testing.M) {
+	var opts servers.APIServerOptions
+	if !isShort() {
+		crd, err := fluxCRD()
+		if err != nil {
+			crdErr = err
+		} else {
+			opts.ExtraCRDPaths = []string{crd}
+		}
+	}
+	testenv.Main(m, opts)
+}
+
+func isShort() bool {
+	for _, a := range os.Args[1:] {
+		if a == "-test.short" || a == "-test.short=true" {
+			return true
+		}
+	}
+	return false
+}
+
+// fluxCRD fetches the controller module into the module cache (outside this module, so go.mod
+// is untouched) and returns the path of its Kustomization CRD.
+func fluxCRD() (string, error) {
+	tmp, err := os.MkdirTemp("", "flux-crd")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	cmd := exec.Command("go", "mod", "download", "-json", fluxModule)
+	cmd.Dir = tmp
+	cmd.Env = append(os.Environ(), "GO111MODULE=on", "GOFLAGS=-mod=mod")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var info struct{ Dir, Error string }
+	_ = json.Unmarshal(out, &info)
+	if err != nil || info.Error != "" || info.Dir == "" {
+		return "", fmt.Errorf("go mod download %s: %v %s %s", fluxModule, err, info.Error, stderr.String())
+	}
+	p := filepath.Join(info.Dir, "config", "crd", "bases", "kustomize.toolkit.fluxcd.io_kustomizations.yaml")
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("the Flux CRD is not in %s: %w", info.Dir, err)
+	}
+	return p, nil
+}
+
+func cluster(t *testing.T) *testenv.Cluster {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs a kube-apiserver")
+	}
+	if crdErr != nil {
+		t.Fatalf("fetch the Flux Kustomization CRD: %v", crdErr)
+	}
+	return testenv.APIServer(t)
+}
+
+// splitFixture copies the seed's repository and splits it into waves.
+func splitFixture(t *testing.T) *repo.Repo {
+	t.Helper()
+	dir := t.TempDir()
+	src := filepath.Join("..", "testdata", "homelab")
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		if d.IsDir() {
+			return os.MkdirAll(filepath.Join(dir, rel), 0o755)
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, rel), data, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := repo.OnDisk(dir, repo.DefaultLayout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := waves.Load(r, plan.DefaultOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := emit.Emit(r, s.Plan, emit.Options{Move: true}); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func decode(t *testing.T, data []byte, ns string) *unstructured.Unstructured {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal(data, &u.Object); err != nil {
+		t.Fatal(err)
+	}
+	u.SetNamespace(ns)
+	return u
+}
+
+func TestEmittedKustomizationsAreAcceptedByFluxCRD(t *testing.T) {
+	c := cluster(t)
+	r := splitFixture(t)
+	ns := c.Namespace(t, "flux-system", nil)
+	ctx := context.Background()
+
+	// As committed in clusters/base.
+	for _, g := range []string{"apps-wave-0", "apps-wave-1", "apps-wave-2"} {
+		data, err := os.ReadFile(r.Path("clusters", "base", g+".yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := decode(t, data, ns)
+		if err := c.Client.Create(ctx, u, client.DryRunAll); err != nil {
+			t.Fatalf("the API server rejects %s: %v", g, err)
+		}
+		if got, _, _ := unstructured.NestedString(u.Object, "spec", "path"); got != "./apps/wave-"+strings.TrimPrefix(g, "apps-wave-") {
+			t.Errorf("%s: server returned path %q", g, got)
+		}
+	}
+
+	// As an environment applies them: with the decryption patches.
+	m, err := r.Build("clusters", "dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := 0
+	for _, res := range m.Resources() {
+		if res.GetKind() != "Kustomization" || !strings.HasPrefix(res.GetName(), "apps-wave-") {
+			continue
+		}
+		data, err := res.AsYAML()
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := decode(t, data, ns)
+		if err := c.Client.Create(ctx, u); err != nil {
+			t.Fatalf("the API server rejects %s from clusters/dev: %v", res.GetName(), err)
+		}
+		got := &unstructured.Unstructured{}
+		got.SetGroupVersionKind(u.GroupVersionKind())
+		if err := c.Client.Get(ctx, client.ObjectKeyFromObject(u), got); err != nil {
+			t.Fatal(err)
+		}
+		if p, _, _ := unstructured.NestedString(got.Object, "spec", "decryption", "provider"); p != "sops" {
+			t.Errorf("%s stored without SOPS decryption", res.GetName())
+		}
+		created++
+	}
+	if created != 3 {
+		t.Fatalf("clusters/dev built %d wave Kustomizations, want 3", created)
+	}
+}
+
+// The CRD does validate: a Kustomization the schema forbids is rejected, so the acceptance above
+// means something.
+func TestFluxCRDRejectsAnInvalidKustomization(t *testing.T) {
+	c := cluster(t)
+	r := splitFixture(t)
+	ns := c.Namespace(t, "flux-system", nil)
+	data, err := os.ReadFile(r.Path("clusters", "base", "apps-wave-0.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := decode(t, data, ns)
+	if err := unstructured.SetNestedField(u.Object, "Bucketz", "spec", "sourceRef", "kind"); err != nil {
+		t.Fatal(err)
+	}
+	err = c.Client.Create(context.Background(), u, client.DryRunAll)
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("error %v, want the schema to reject sourceRef.kind Bucketz", err)
+	}
+}
