@@ -279,6 +279,8 @@ func (n *NodeSet) Delete(ctx context.Context, names []string) Result {
 }
 
 // Check reports, per node, which users are missing or do not accept exactly their passwords.
+// It reads each user with ACL GETUSER, which costs the server milliseconds per user: use it for
+// a few users, and Sync for the whole tenant list.
 func (n *NodeSet) Check(ctx context.Context, users []User) Result {
 	return n.each(ctx, "", func(ctx context.Context, node Node) NodeResult {
 		cmds := make([][]any, len(users))
@@ -308,18 +310,25 @@ func (n *NodeSet) UpsertNode(ctx context.Context, node Node, users []User) NodeR
 	return NodeResult{Node: node, Err: err}
 }
 
-// SyncNode reads and re-applies users on one node in a single pipeline: each ACL GETUSER runs
-// right before the user's ACL SETUSER, so Missing reports what the node had lost.
+// SyncNode lists the node's users and re-applies every user in a single pipeline, so Missing
+// reports what the node had lost. ACL USERS is used rather than ACL GETUSER per user because
+// GETUSER renders the whole rule and costs milliseconds per call.
 func (n *NodeSet) SyncNode(ctx context.Context, node Node, users []User) NodeResult {
-	cmds := make([][]any, 0, 2*len(users))
+	cmds := make([][]any, 0, 1+len(users))
+	cmds = append(cmds, []any{"acl", "users"})
 	for _, u := range users {
-		cmds = append(cmds, []any{"acl", "getuser", u.Name}, SetUserArgs(u))
+		cmds = append(cmds, SetUserArgs(u))
 	}
 	res, err := n.pipeline(ctx, node.Addr, cmds)
 	r := NodeResult{Node: node, Err: err}
-	if res != nil {
-		for i, u := range users {
-			if res[2*i] != nil && res[2*i].Err() == redis.Nil {
+	if res != nil && res[0].Err() == nil {
+		have, _ := res[0].StringSlice()
+		present := make(map[string]bool, len(have))
+		for _, name := range have {
+			present[name] = true
+		}
+		for _, u := range users {
+			if !present[u.Name] {
 				r.Missing = append(r.Missing, u.Name)
 			}
 		}

@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/siteops/siteops/internal/servers"
 	"github.com/siteops/siteops/internal/tenant/acl"
@@ -21,6 +23,8 @@ import (
 )
 
 const adminPassword = "admin-secret"
+
+func init() { logf.SetLogger(logr.Discard()) }
 
 type atomicCounter struct{ n atomic.Int64 }
 
@@ -63,15 +67,17 @@ func startWatcher(t testing.TB, set *servers.SentinelSet, us []acl.User) (*acl.N
 func missingOn(ctx context.Context, addr string, us []acl.User) error {
 	c := redis.NewClient(&redis.Options{Addr: addr, Password: adminPassword, MaxRetries: -1, Protocol: 2})
 	defer c.Close()
-	pipe := c.Pipeline()
-	cmds := make([]*redis.Cmd, len(us))
-	for i, u := range us {
-		cmds[i] = pipe.Do(ctx, "acl", "getuser", u.Name)
+	have, err := c.Do(ctx, "acl", "users").StringSlice()
+	if err != nil {
+		return fmt.Errorf("list users on %s: %w", addr, err)
 	}
-	_, _ = pipe.Exec(ctx)
-	for i, cmd := range cmds {
-		if cmd.Err() != nil {
-			return fmt.Errorf("user %s on %s: %v", us[i].Name, addr, cmd.Err())
+	present := map[string]bool{}
+	for _, u := range have {
+		present[u] = true
+	}
+	for _, u := range us {
+		if !present[u.Name] {
+			return fmt.Errorf("user %s missing on %s", u.Name, addr)
 		}
 	}
 	return nil
