@@ -700,3 +700,52 @@ func TestDecofileDeleteAllowedInTerminatingNamespace(t *testing.T) {
 		t.Fatalf("delete in a terminating namespace: %v, want allowed", err)
 	}
 }
+
+// TestServerSideReapply re-applies the original manifests with server-side apply, as Flux does on
+// every reconcile: the injected fields are not in the manifest, yet the stored template and the
+// generation stay the same (no new ReplicaSet, no new Knative Revision).
+func TestServerSideReapply(t *testing.T) {
+	c := cluster(t)
+	ctx := context.Background()
+	ns := c.Namespace(t, "inject-ssa", map[string]string{decov1.AnnotationValkeyACL: "true"})
+	decofile(t, c.Client, ns, "site", "", "", decov1.FormatBin)
+
+	dep := deployment(ns, "site", map[string]string{decov1.AnnotationInject: "site"}, nil, "app")
+	dep.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("Deployment"))
+	depU, err := runtime.DefaultUnstructuredConverter.ToUnstructured(dep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifests := []*unstructured.Unstructured{
+		{Object: depU},
+		ksvc(ns, "site", map[string]string{decov1.AnnotationInject: "site"}, nil, nil, "app"),
+	}
+	apply := func(u *unstructured.Unstructured) *unstructured.Unstructured {
+		t.Helper()
+		obj := u.DeepCopy()
+		unstructured.RemoveNestedField(obj.Object, "status")
+		unstructured.RemoveNestedField(obj.Object, "metadata", "creationTimestamp")
+		if err := c.Client.Patch(ctx, obj, client.Apply, client.FieldOwner("flux"), client.ForceOwnership); err != nil {
+			t.Fatalf("server-side apply %s: %v", u.GetKind(), err)
+		}
+		return obj
+	}
+	for _, m := range manifests {
+		first := apply(m)
+		tpl1, err := inject.ReadTemplate(first)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !inject.Injected(tpl1, "site") {
+			t.Fatalf("%s not injected on first apply", m.GetKind())
+		}
+		second := apply(m)
+		tpl2, _ := inject.ReadTemplate(second)
+		if !equality.Semantic.DeepEqual(tpl1, tpl2) {
+			t.Errorf("%s template changed on re-apply:\nbefore %+v\nafter  %+v", m.GetKind(), tpl1, tpl2)
+		}
+		if first.GetGeneration() != second.GetGeneration() {
+			t.Errorf("%s generation %d -> %d on re-apply", m.GetKind(), first.GetGeneration(), second.GetGeneration())
+		}
+	}
+}
