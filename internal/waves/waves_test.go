@@ -525,3 +525,46 @@ func mustAtRef(t *testing.T, dir, ref string) *repo.Repo {
 	}
 	return r
 }
+
+func TestNonGatingUnit(t *testing.T) {
+	dir := fixture(t)
+	edit(t, dir, "catalog/extra-units.yaml", "above: true", "above: true\n    nonGating: true")
+	emitMove(t, dir)
+	if _, err := os.Stat(filepath.Join(dir, "apps", "wave-1-gitea-actions", "gitea-actions.yaml")); err != nil {
+		t.Fatalf("unit not in its own folder: %v", err)
+	}
+	k := read(t, dir, "clusters/base/apps-wave-1-gitea-actions.yaml")
+	for _, want := range []string{"name: apps-wave-1-gitea-actions", "- name: apps-wave-0", "path: ./apps/wave-1-gitea-actions", "non-gating"} {
+		if !strings.Contains(k, want) {
+			t.Errorf("unit Kustomization lacks %q:\n%s", want, k)
+		}
+	}
+	if !strings.Contains(read(t, dir, "clusters/base/apps-wave-2.yaml"), "- name: apps-wave-1\n") {
+		t.Error("wave 2 must still wait for wave 1 only")
+	}
+	if !strings.Contains(read(t, dir, "clusters/dev/kustomization.yaml"), "name: apps-wave-1-gitea-actions") {
+		t.Error("the unit's Kustomization has no decryption patch")
+	}
+	res := lint.Run(open(t, dir), lint.Options{CompareRef: "HEAD"})
+	if len(res.Problems) != 0 || res.Waves != 4 || res.Resources != 60 {
+		t.Fatalf("lint: %v (%d Kustomizations, %d resources)", res.Problems, res.Waves, res.Resources)
+	}
+}
+
+func TestCutoverRemovedWaveWithPruneIsFlagged(t *testing.T) {
+	dir := split(t)
+	// seerr loses its dependencies: wave 2 empties and its Kustomization is removed while it
+	// still prunes, so its finalizer races wave 0's adoption.
+	edit(t, dir, "catalog/seerr.yaml", "dependencies:\n  - to: sonarr\n  - to: radarr\n", "")
+	emitMove(t, dir)
+	rep, err := cutover.Check(mustAtRef(t, dir, "HEAD"), open(t, dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Hazards) != 1 || rep.Hazards[0].Kind != cutover.PruneRemoval || rep.Hazards[0].Kustomization != "apps-wave-2" {
+		t.Fatalf("hazards %+v, want the removal of apps-wave-2", rep.Hazards)
+	}
+	if len(rep.Removed) != 1 || rep.Removed[0] != "apps-wave-2" {
+		t.Fatalf("removed %v", rep.Removed)
+	}
+}
