@@ -1,9 +1,58 @@
 package cli
 
-import "github.com/spf13/cobra"
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/internal/scheme"
+	"github.com/siteops/siteops/internal/tenant/provision"
+)
 
 func newTenantCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "tenant", Short: "Manage tenant cache isolation"}
-	cmd.AddCommand(pending("resync", "Force a resync of tenant Valkey ACL users"))
+	cmd.AddCommand(newTenantResyncCommand())
+	return cmd
+}
+
+func newTenantResyncCommand() *cobra.Command {
+	var all bool
+	var kubeconfig, kubeContext string
+	cmd := &cobra.Command{
+		Use:   "resync [--all | NAMESPACE...]",
+		Short: "Force a resync of tenant Valkey ACL users",
+		Long: "Sets the " + decov1.AnnotationValkeyACLSync + " annotation to the current time on the named " +
+			"namespaces, or with --all on every namespace annotated " + decov1.AnnotationValkeyACL + "=true, so the " +
+			"operator re-applies their ACL users on every Valkey node. Passwords do not change.",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rules := clientcmd.NewDefaultClientConfigLoadingRules()
+			rules.ExplicitPath = kubeconfig
+			cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubeContext})
+			cfg, err := cc.ClientConfig()
+			if err != nil {
+				return fmt.Errorf("load kubeconfig: %w", err)
+			}
+			c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
+			if err != nil {
+				return fmt.Errorf("create Kubernetes client: %w", err)
+			}
+			done, err := provision.ForceResync(cmd.Context(), c, all, args, strconv.FormatInt(time.Now().UnixNano(), 10))
+			for _, ns := range done {
+				fmt.Fprintf(cmd.OutOrStdout(), "namespace/%s resync requested\n", ns)
+			}
+			if err == nil && len(done) == 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "no namespace is annotated %s=true\n", decov1.AnnotationValkeyACL)
+			}
+			return err
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "resync every namespace annotated "+decov1.AnnotationValkeyACL+"=true")
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+	cmd.Flags().StringVar(&kubeContext, "context", "", "kubeconfig context to use")
 	return cmd
 }
