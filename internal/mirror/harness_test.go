@@ -145,6 +145,13 @@ func newFixture(t testing.TB, c *testenv.Cluster) *fixture {
 	}
 	f := &fixture{c: c, ns: c.Namespace(t, "mirror", nil), url: url, bare: remote.RepoDir(name), provider: "git"}
 	ctx := context.Background()
+	// The test API server has no namespace controller: objects of a deleted namespace stay, and a
+	// later test's manager would keep mirroring them. Remove the targets explicitly.
+	t.Cleanup(func() {
+		_ = c.Client.DeleteAllOf(ctx, &mirrorv1alpha1.GitTarget{}, client.InNamespace(f.ns))
+		_ = c.Client.DeleteAllOf(ctx, &mirrorv1alpha1.WatchRule{}, client.InNamespace(f.ns))
+		_ = c.Client.DeleteAllOf(ctx, &mirrorv1alpha1.GitProvider{}, client.InNamespace(f.ns))
+	})
 	secret := map[string]string{"username": "mirror", "password": "pw"}
 	f.create(t, newSecret(f.ns, "git-auth", secret))
 	f.create(t, &mirrorv1alpha1.GitProvider{
@@ -152,7 +159,6 @@ func newFixture(t testing.TB, c *testenv.Cluster) *fixture {
 		Spec: mirrorv1alpha1.GitProviderSpec{URL: url, SecretRef: refPtr("git-auth"), AllowedBranches: []string{"main", "mirror/*"},
 			Committer: mirrorv1alpha1.Committer{Name: "Mirror Bot", Email: "mirror@example.com"}},
 	})
-	_ = ctx
 	return f
 }
 
