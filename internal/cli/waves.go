@@ -335,12 +335,16 @@ func newWavesCutoverCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			rep, err := cutover.Check(before, after)
+			reps, err := cutover.Check(before, after)
 			if err != nil {
 				return err
 			}
-			rep.Print(cmd.OutOrStdout())
-			if rep.Unmitigated() {
+			unsafe := false
+			for _, rep := range reps {
+				rep.Print(cmd.OutOrStdout())
+				unsafe = unsafe || rep.Unmitigated()
+			}
+			if unsafe {
 				return fmt.Errorf("%w: unmitigated cut-over hazards", errProblems)
 			}
 			return nil

@@ -403,7 +403,7 @@ func TestSubstitutionDefaultsAndEscapes(t *testing.T) {
 func TestCutoverPruneTrueRemovalIsFlagged(t *testing.T) {
 	dir := fixture(t)
 	emitMove(t, dir)
-	rep, err := cutover.Check(mustAtRef(t, dir, "HEAD"), open(t, dir))
+	rep, err := checkCutover(t, dir, "HEAD")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,7 +432,7 @@ func TestCutoverAfterPruneOffIsSafe(t *testing.T) {
 	edit(t, dir, "clusters/base/apps.yaml", "prune: true", "prune: false")
 	commit(t, dir, "apps: stop pruning")
 	emitMove(t, dir)
-	rep, err := cutover.Check(mustAtRef(t, dir, "HEAD"), open(t, dir))
+	rep, err := checkCutover(t, dir, "HEAD")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -440,7 +440,7 @@ func TestCutoverAfterPruneOffIsSafe(t *testing.T) {
 		t.Fatalf("hazards %+v, moving %d; want none and 60", rep.Hazards, len(rep.Moving))
 	}
 	// Against the original prune: true commit the same change is a hazard.
-	rep, err = cutover.Check(mustAtRef(t, dir, "HEAD~1"), open(t, dir))
+	rep, err = checkCutover(t, dir, "HEAD~1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -457,7 +457,7 @@ func TestCutoverProtectedObjectsMitigate(t *testing.T) {
 	}
 	commit(t, dir, "protect the app tier")
 	emitMove(t, dir)
-	rep, err := cutover.Check(mustAtRef(t, dir, "HEAD"), open(t, dir))
+	rep, err := checkCutover(t, dir, "HEAD")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,7 +471,7 @@ func TestCutoverMoveUpIsFlagged(t *testing.T) {
 	// jackett now needs plex: it (and sonarr, radarr, seerr after it) moves up a wave.
 	edit(t, dir, "catalog/jackett.yaml", "ingress:", "dependencies:\n  - to: plex\ningress:")
 	emitMove(t, dir)
-	rep, err := cutover.Check(mustAtRef(t, dir, "HEAD"), open(t, dir))
+	rep, err := checkCutover(t, dir, "HEAD")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -508,7 +508,7 @@ func TestCutoverMoveDownIsSafe(t *testing.T) {
 	// takes the objects over, so wave 1 does not delete them.
 	edit(t, dir, "catalog/sonarr.yaml", "dependencies:\n  - to: qbittorrent\n  - to: jackett\n", "")
 	emitMove(t, dir)
-	rep, err := cutover.Check(mustAtRef(t, dir, "HEAD"), open(t, dir))
+	rep, err := checkCutover(t, dir, "HEAD")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -557,7 +557,7 @@ func TestCutoverRemovedWaveWithPruneIsFlagged(t *testing.T) {
 	// still prunes, so its finalizer races wave 0's adoption.
 	edit(t, dir, "catalog/seerr.yaml", "dependencies:\n  - to: sonarr\n  - to: radarr\n", "")
 	emitMove(t, dir)
-	rep, err := cutover.Check(mustAtRef(t, dir, "HEAD"), open(t, dir))
+	rep, err := checkCutover(t, dir, "HEAD")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -567,4 +567,17 @@ func TestCutoverRemovedWaveWithPruneIsFlagged(t *testing.T) {
 	if len(rep.Removed) != 1 || rep.Removed[0] != "apps-wave-2" {
 		t.Fatalf("removed %v", rep.Removed)
 	}
+}
+
+// checkCutover runs the cut-over check of the fixture's only environment.
+func checkCutover(t *testing.T, dir, ref string) (*cutover.Report, error) {
+	t.Helper()
+	reps, err := cutover.Check(mustAtRef(t, dir, ref), open(t, dir))
+	if err != nil {
+		return nil, err
+	}
+	if len(reps) != 1 || reps[0].Where != "clusters/dev" {
+		t.Fatalf("%d reports, want one for clusters/dev", len(reps))
+	}
+	return reps[0], nil
 }

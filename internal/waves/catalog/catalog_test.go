@@ -197,3 +197,23 @@ func TestDuplicateServiceAcrossFiles(t *testing.T) {
 		t.Fatalf("error %v, want duplicate service", err)
 	}
 }
+
+func TestMultiDocumentFile(t *testing.T) {
+	fs := filesys.MakeFsInMemory()
+	data := "# the media stack\n---\napiVersion: " + APIVersion + "\nkind: ServiceDefinition\nname: a\nimage: {repository: r, tag: \"1\"}\n" +
+		"---\napiVersion: " + APIVersion + "\nkind: ExtraUnits\nunits:\n- name: u\n  files: [u.yaml]\n  anchor: a\n  above: true\n"
+	if err := fs.WriteFile("/c/stack.yaml", []byte(data)); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadDir(fs, "/c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.Waves()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wv, _ := w.Wave("u"); wv != 1 || c.Services["a"] == nil {
+		t.Fatalf("u in wave %d, services %v", wv, c.ServiceNames())
+	}
+}

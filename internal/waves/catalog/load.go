@@ -1,15 +1,18 @@
 package catalog
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"path"
 	"sort"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
@@ -66,13 +69,27 @@ func LoadDir(fsys filesys.FileSystem, dir string) (*Catalog, error) {
 
 // add decodes one file (which may hold several documents).
 func (c *Catalog) add(file string, data []byte) error {
-	for i, doc := range bytes.Split(data, []byte("\n---")) {
+	rd := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for i := 0; ; i++ {
+		doc, err := rd.Read()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%s: split YAML documents: %w", file, err)
+		}
 		if len(bytes.TrimSpace(doc)) == 0 {
 			continue
 		}
 		var h header
 		if err := yaml.Unmarshal(doc, &h); err != nil {
 			return fmt.Errorf("%s: document %d is not YAML: %w", file, i+1, err)
+		}
+		if h == (header{}) {
+			var m map[string]any
+			if yaml.Unmarshal(doc, &m) == nil && len(m) == 0 {
+				continue // only comments
+			}
 		}
 		if h.APIVersion != APIVersion {
 			return fmt.Errorf("%s: document %d has apiVersion %q, want %q", file, i+1, h.APIVersion, APIVersion)
@@ -100,7 +117,6 @@ func (c *Catalog) add(file string, data []byte) error {
 			return fmt.Errorf("%s: document %d has kind %q, want %s or %s", file, i+1, h.Kind, KindServiceDefinition, KindExtraUnits)
 		}
 	}
-	return nil
 }
 
 // ParseServiceDefinition decodes and validates a single ServiceDefinition.

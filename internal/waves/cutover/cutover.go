@@ -97,12 +97,26 @@ type tree struct {
 	owned map[string]Resource // id → resource (From set to its owner)
 }
 
-// Check compares the placement at before (the live state) with after (the change to merge).
-func Check(before, after *repo.Repo) (*Report, error) {
-	where, err := clusterDir(after)
+// Check compares the placement at before (the live state) with after (the change to merge), for
+// every environment under clusters/ (or clusters/base when there is none): each may patch prune.
+func Check(before, after *repo.Repo) ([]*Report, error) {
+	dirs, err := clusterDirs(after)
 	if err != nil {
 		return nil, err
 	}
+	var out []*Report
+	for _, where := range dirs {
+		r, err := CheckIn(before, after, where)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// CheckIn compares the placement of one cluster folder (e.g. "clusters/dev").
+func CheckIn(before, after *repo.Repo, where string) (*Report, error) {
 	b, err := load(before, where)
 	if err != nil {
 		return nil, err
@@ -166,16 +180,20 @@ func Check(before, after *repo.Repo) (*Report, error) {
 	return rep, nil
 }
 
-// clusterDir picks the folder the root Kustomization applies: the first environment, else base.
-func clusterDir(r *repo.Repo) (string, error) {
+// clusterDirs lists the folders a root Kustomization applies: every environment, else base.
+func clusterDirs(r *repo.Repo) ([]string, error) {
 	envs, err := r.Environments()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	if len(envs) > 0 {
-		return path.Join(r.Layout.Clusters, envs[0]), nil
+	if len(envs) == 0 {
+		return []string{path.Join(r.Layout.Clusters, "base")}, nil
 	}
-	return path.Join(r.Layout.Clusters, "base"), nil
+	out := make([]string, len(envs))
+	for i, e := range envs {
+		out[i] = path.Join(r.Layout.Clusters, e)
+	}
+	return out, nil
 }
 
 var waveName = regexp.MustCompile(`-wave-(\d+)(-[a-z0-9-]+)?$`)
