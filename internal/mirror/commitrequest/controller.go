@@ -1,0 +1,199 @@
+package commitrequest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
+	"github.com/siteops/siteops/internal/mirror/attribution"
+	"github.com/siteops/siteops/internal/mirror/gitwriter"
+	"github.com/siteops/siteops/internal/mirror/store"
+)
+
+// ErrTargetNotRunning says the GitTarget is unknown to the mirror or not running (yet).
+var ErrTargetNotRunning = errors.New("the GitTarget is not running in the mirror")
+
+// Closed is the outcome of closing a window.
+type Closed struct {
+	// Commit is the pushed commit; empty when nothing was pending.
+	Commit string
+	// Author is the identity the commit was authored with.
+	Author gitwriter.Signature
+}
+
+// WindowCloser closes a GitTarget's open commit window at once (the mirror engine).
+type WindowCloser interface {
+	// CloseWindow commits what is pending for target now, with message and author (nil means
+	// the committer), pushes it, and returns the result. ErrTargetNotRunning when the target is
+	// not running.
+	CloseWindow(ctx context.Context, target types.NamespacedName, message string, author *gitwriter.Signature) (Closed, error)
+}
+
+// AuthorLookup reads command authors (the store's CommandAuthorStore).
+type AuthorLookup interface {
+	LookupCommandAuthor(ctx context.Context, uid types.UID) (store.CommandAuthor, bool)
+}
+
+// Reconciler processes each CommitRequest once.
+type Reconciler struct {
+	Client client.Client
+	// Authors reads the submitters recorded at admission; nil means none are (the committer
+	// authors every command commit).
+	Authors AuthorLookup
+	// Closer closes windows.
+	Closer WindowCloser
+	// Identity derives git identities from users.
+	Identity attribution.Identity
+	// RetryAfter is the wait before retrying a request whose target is not running; 0 means 10s.
+	RetryAfter time.Duration
+}
+
+// +kubebuilder:rbac:groups=mirror.siteops.dev,resources=commitrequests,verbs=get;list;watch
+// +kubebuilder:rbac:groups=mirror.siteops.dev,resources=commitrequests/status,verbs=get;update;patch
+
+// SetupWithManager registers the controller; it runs on the leader, which owns the writers.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("mirror-commitrequest").
+		For(&mirrorv1alpha1.CommitRequest{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Complete(r)
+}
+
+// done reports whether the request was already processed (a CommitRequest is one-shot).
+func done(cr *mirrorv1alpha1.CommitRequest) bool {
+	c := meta.FindStatusCondition(cr.Status.Conditions, mirrorv1alpha1.ConditionCommitted)
+	return c != nil && c.Status == metav1.ConditionTrue
+}
+
+// Reconcile commits the request's target window with the request's message and author.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	log := logf.FromContext(ctx)
+	var cr mirrorv1alpha1.CommitRequest
+	if err := r.Client.Get(ctx, req.NamespacedName, &cr); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if done(&cr) {
+		return ctrl.Result{}, nil
+	}
+	if ns := cr.Spec.TargetRef.Namespace; ns != "" && ns != cr.Namespace {
+		return ctrl.Result{}, r.setStatus(ctx, &cr, func(s *mirrorv1alpha1.CommitRequestStatus) {
+			r.cond(&cr, s, mirrorv1alpha1.ConditionCommitted, metav1.ConditionFalse, mirrorv1alpha1.ReasonTargetNotFound,
+				fmt.Sprintf("targetRef.namespace %q is not the request's namespace %q: a CommitRequest may only close windows of GitTargets in its own namespace", ns, cr.Namespace))
+		})
+	}
+	target := types.NamespacedName{Namespace: cr.Namespace, Name: cr.Spec.TargetRef.Name}
+
+	var author *gitwriter.Signature
+	attributed := metav1.ConditionFalse
+	reason := mirrorv1alpha1.ReasonCommitterFallback
+	msg := "no submitter was recorded at admission (the CommitRequest webhook is not configured or was unreachable): the committer authors the commit"
+	if r.Authors != nil {
+		if a, ok := r.Authors.LookupCommandAuthor(ctx, cr.UID); ok {
+			sig := r.Identity.CommandSignature(a)
+			author = &sig
+			attributed, reason = metav1.ConditionTrue, mirrorv1alpha1.ReasonCommandAuthor
+			msg = fmt.Sprintf("authored by the submitter %s", a.Author)
+		}
+	}
+	setAuthor := func(s *mirrorv1alpha1.CommitRequestStatus) {
+		r.cond(&cr, s, mirrorv1alpha1.ConditionAuthorAttributed, attributed, reason, msg)
+	}
+
+	res, err := r.Closer.CloseWindow(ctx, target, cr.Spec.Message, author)
+	switch {
+	case errors.Is(err, ErrTargetNotRunning):
+		retry := r.RetryAfter
+		if retry <= 0 {
+			retry = 10 * time.Second
+		}
+		return ctrl.Result{RequeueAfter: retry}, r.setStatus(ctx, &cr, func(s *mirrorv1alpha1.CommitRequestStatus) {
+			setAuthor(s)
+			r.cond(&cr, s, mirrorv1alpha1.ConditionCommitted, metav1.ConditionFalse, mirrorv1alpha1.ReasonTargetNotFound,
+				fmt.Sprintf("GitTarget %s is not running in the mirror; retrying: %v", target.Name, err))
+		})
+	case err != nil:
+		if serr := r.setStatus(ctx, &cr, func(s *mirrorv1alpha1.CommitRequestStatus) {
+			setAuthor(s)
+			r.cond(&cr, s, mirrorv1alpha1.ConditionCommitted, metav1.ConditionFalse, mirrorv1alpha1.ReasonCommitFailed,
+				fmt.Sprintf("commit or push failed; retrying: %v", err))
+		}); serr != nil {
+			log.Error(serr, "record CommitRequest status")
+		}
+		return ctrl.Result{}, fmt.Errorf("close the window of GitTarget %s: %w", target, err)
+	}
+	return ctrl.Result{}, r.setStatus(ctx, &cr, func(s *mirrorv1alpha1.CommitRequestStatus) {
+		setAuthor(s)
+		s.Commit = res.Commit
+		s.Author = fmt.Sprintf("%s <%s>", res.Author.Name, res.Author.Email)
+		now := metav1.Now()
+		s.CompletionTime = &now
+		if res.Commit == "" {
+			r.cond(&cr, s, mirrorv1alpha1.ConditionCommitted, metav1.ConditionTrue, mirrorv1alpha1.ReasonNothingPending,
+				"the target's window held no change: nothing to commit")
+		} else {
+			r.cond(&cr, s, mirrorv1alpha1.ConditionCommitted, metav1.ConditionTrue, mirrorv1alpha1.ReasonPushed,
+				"commit "+res.Commit+" pushed")
+		}
+	})
+}
+
+// cond sets a condition and mirrors Committed into the kstatus Ready condition.
+func (r *Reconciler) cond(cr *mirrorv1alpha1.CommitRequest, s *mirrorv1alpha1.CommitRequestStatus, typ string, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: cr.Generation})
+	if typ == mirrorv1alpha1.ConditionCommitted {
+		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: mirrorv1alpha1.ConditionReady, Status: status, Reason: reason, Message: msg, ObservedGeneration: cr.Generation})
+	}
+}
+
+// setStatus patches the status with optimistic locking, retrying on conflict, and writes
+// nothing when nothing changed.
+func (r *Reconciler) setStatus(ctx context.Context, cr *mirrorv1alpha1.CommitRequest, mutate func(*mirrorv1alpha1.CommitRequestStatus)) error {
+	first := true
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if !first {
+			if err := r.Client.Get(ctx, client.ObjectKeyFromObject(cr), cr); err != nil {
+				return client.IgnoreNotFound(err)
+			}
+		}
+		first = false
+		old := cr.DeepCopy()
+		mutate(&cr.Status)
+		cr.Status.ObservedGeneration = cr.Generation
+		if equalStatus(old.Status, cr.Status) {
+			return nil
+		}
+		err := r.Client.Status().Patch(ctx, cr, client.MergeFromWithOptions(old, client.MergeFromWithOptimisticLock{}))
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	})
+}
+
+// equalStatus compares statuses ignoring condition transition times.
+func equalStatus(a, b mirrorv1alpha1.CommitRequestStatus) bool {
+	if a.ObservedGeneration != b.ObservedGeneration || a.Commit != b.Commit || a.Author != b.Author ||
+		(a.CompletionTime == nil) != (b.CompletionTime == nil) || len(a.Conditions) != len(b.Conditions) {
+		return false
+	}
+	for _, c := range a.Conditions {
+		d := meta.FindStatusCondition(b.Conditions, c.Type)
+		if d == nil || d.Status != c.Status || d.Reason != c.Reason || d.Message != c.Message || d.ObservedGeneration != c.ObservedGeneration {
+			return false
+		}
+	}
+	return true
+}
