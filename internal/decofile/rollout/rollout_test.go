@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"github.com/andybalholm/brotli"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -30,6 +32,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/internal/decofile/controller"
 	"github.com/siteops/siteops/internal/decofile/encode"
 	"github.com/siteops/siteops/internal/decofile/follow"
 	"github.com/siteops/siteops/internal/decofile/notify"
@@ -50,7 +53,7 @@ type env struct {
 	ns string
 }
 
-func newEnv(t *testing.T, o rollout.Options) *env {
+func newEnv(t *testing.T, o rollout.Options, also ...func(ctrl.Manager) error) *env {
 	t.Helper()
 	c := testenv.APIServer(t)
 	ns := c.Namespace(t, "rollout", nil)
@@ -75,6 +78,11 @@ func newEnv(t *testing.T, o rollout.Options) *env {
 	}
 	if err := rollout.Setup(mgr, o); err != nil {
 		t.Fatal(err)
+	}
+	for _, setup := range also {
+		if err := setup(mgr); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -568,5 +576,78 @@ func writeFile(t *testing.T, path, content string) {
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWithDeliveryController runs the real delivery controller beside the rollout controller: an
+// inline Decofile is stored (brotli-compressed, as decofile.bin), its reload Secret created, and
+// every edit of the inline content reaches the pods under its timestamp:<ts> id.
+func TestWithDeliveryController(t *testing.T) {
+	e := newEnv(t, rollout.Options{}, func(mgr ctrl.Manager) error {
+		return controller.Setup(mgr, controller.Options{Encode: encode.Options{Threshold: 64}})
+	})
+	ctx := context.Background()
+	df := &decov1alpha1.Decofile{
+		ObjectMeta: metav1.ObjectMeta{Name: "inline-site", Namespace: e.ns},
+		Spec: decov1alpha1.DecofileSpec{Source: decov1alpha1.SourceInline, Inline: &decov1alpha1.InlineSource{
+			Value: map[string]apiextensionsv1.JSON{"site": {Raw: []byte(`{"name":"first","padding":"` + strings.Repeat("deco ", 40) + `"}`)}}}},
+	}
+	e.create(df)
+	var token string
+	testenv.Eventually(t, 20*time.Second, func() error {
+		var s corev1.Secret
+		if err := e.c.Client.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: df.ReloadSecretName()}, &s); err != nil {
+			return err
+		}
+		token = string(s.Data[decov1alpha1.ReloadTokenKey])
+		return nil
+	})
+	pods := []*sitePod{
+		e.sitePod("inline-site-a", podOpts{labels: labelled(df), token: token}),
+		e.sitePod("inline-site-b", podOpts{labels: labelled(df), token: token}),
+	}
+
+	edit := func(name string) *decov1alpha1.Decofile {
+		t.Helper()
+		before := e.get(df).Status.ContentHash
+		err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+			var d decov1alpha1.Decofile
+			if err := e.c.Client.Get(ctx, client.ObjectKeyFromObject(df), &d); err != nil {
+				return err
+			}
+			d.Spec.Inline.Value["site"] = apiextensionsv1.JSON{Raw: []byte(`{"name":"` + name + `","padding":"` + strings.Repeat("deco ", 40) + `"}`)}
+			return e.c.Client.Update(ctx, &d)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got *decov1alpha1.Decofile
+		testenv.Eventually(t, 20*time.Second, func() error {
+			got = e.get(df)
+			id := decov1alpha1.RolloutID(&got.Status)
+			c := meta.FindStatusCondition(got.Status.Conditions, decov1alpha1.ConditionPodsNotified)
+			if got.Status.ContentHash == before {
+				return errors.New("new content not stored yet")
+			}
+			if got.Status.Format != decov1alpha1.FormatBin || c == nil || c.Status != metav1.ConditionTrue ||
+				c.Message != "Successfully notified all pods for "+id || got.Status.NotifiedHash != got.Status.ContentHash {
+				return fmt.Errorf("status %+v", got.Status)
+			}
+			for _, p := range pods {
+				if s := p.rt.Current(); s.Hash != got.Status.ContentHash || s.Timestamp != got.Status.Timestamp {
+					return fmt.Errorf("%s serves ts %d, status has %d", p.pod.Name, s.Timestamp, got.Status.Timestamp)
+				}
+			}
+			return nil
+		})
+		return got
+	}
+	first := edit("second")
+	if !strings.HasPrefix(decov1alpha1.RolloutID(&first.Status), "timestamp:") {
+		t.Fatalf("inline rollout id %q", decov1alpha1.RolloutID(&first.Status))
+	}
+	second := edit("third")
+	if second.Status.Timestamp <= first.Status.Timestamp || !strings.Contains(string(pods[0].rt.Current().Decofile), `"third"`) {
+		t.Fatalf("timestamps %d → %d, pod serves %s", first.Status.Timestamp, second.Status.Timestamp, pods[0].rt.Current().Decofile)
 	}
 }
