@@ -132,3 +132,28 @@ func TestWavesCutoverCheckNeedsBase(t *testing.T) {
 		t.Fatalf("error %v", err)
 	}
 }
+
+func TestWavesPlanJSON(t *testing.T) {
+	dir := wavesFixture(t)
+	out, err := wavesRun(t, "waves", "plan", "--repo", dir, "-o", "json")
+	if err != nil {
+		t.Fatal(err, out)
+	}
+	var p struct {
+		Waves     map[string][]string `json:"waves"`
+		NotPlaced []struct {
+			Name string `json:"name"`
+			Wave int    `json:"wave"`
+		} `json:"notPlaced"`
+		Misplaced []string `json:"misplaced"`
+	}
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatal(err, out)
+	}
+	if strings.Join(p.Waves["2"], ",") != "seerr.yaml" || len(p.Waves["0"]) != 10 || len(p.Waves["1"]) != 8 {
+		t.Fatalf("waves %v", p.Waves)
+	}
+	if len(p.NotPlaced) != 3 || len(p.Misplaced) != 19 {
+		t.Fatalf("not placed %v, %d misplaced", p.NotPlaced, len(p.Misplaced))
+	}
+}

@@ -26,25 +26,25 @@ var DefaultOptions = Options{Prefix: "apps", Root: "platform-config"}
 // Group is the set of files one Flux Kustomization applies.
 type Group struct {
 	// Name of the Kustomization, e.g. "apps-wave-1".
-	Name string
+	Name string `json:"name"`
 	// Wave number.
-	Wave int
+	Wave int `json:"wave"`
 	// Dir is the folder under apps/, e.g. "wave-1".
-	Dir string
+	Dir string `json:"dir"`
 	// Files are the file names, sorted.
-	Files []string
+	Files []string `json:"files"`
 	// DependsOn is the Kustomization this one waits for.
-	DependsOn string
+	DependsOn string `json:"dependsOn"`
 	// NonGating marks a unit's own Kustomization that no wave depends on.
-	NonGating bool
+	NonGating bool `json:"nonGating,omitempty"`
 	// Unit names the non-gating unit.
-	Unit string
+	Unit string `json:"unit,omitempty"`
 }
 
 // Node is a node with its wave.
 type Node struct {
-	Name string
-	Wave int
+	Name string `json:"name"`
+	Wave int    `json:"wave"`
 }
 
 // Plan is the placement of every committed app file.
