@@ -492,6 +492,13 @@ func TestCollisionAndReservedNamesAreRefused(t *testing.T) {
 	if err := e.authEverywhere(ctx, first, pass); err != nil {
 		t.Fatalf("the owner's credentials changed: %v", err)
 	}
+	// When the owner opts out, the other namespace gets the user, with new credentials.
+	e.annotate(t, base, map[string]*string{decov1.AnnotationValkeyACL: nil})
+	second, pass2 := e.waitSecret(t, "sites-"+base, "")
+	if second != first || pass2 == pass {
+		t.Fatalf("after the owner left: user %q (want %q), password reused %v", second, first, pass2 == pass)
+	}
+	testenv.Eventually(t, 10*time.Second, func() error { return e.authEverywhere(ctx, second, pass2) })
 
 	for _, name := range []string{"sites-default", "sites-lock"} {
 		if err := e.c.Client.Get(ctx, client.ObjectKey{Name: name}, &corev1.Namespace{}); apierrors.IsNotFound(err) {
