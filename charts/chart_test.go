@@ -11,6 +11,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -694,6 +695,29 @@ func TestGeneratedFilesCurrent(t *testing.T) {
 		b, errB := os.ReadFile(src)
 		if errA != nil || errB != nil || !bytes.Equal(a, b) {
 			t.Errorf("%s is not a current copy of %s (%v, %v): run make manifests", copyPath, src, errA, errB)
+		}
+	}
+}
+
+// TestRBACFilesCurrent regenerates each part's rules from its RBAC markers with controller-gen
+// and fails when files/rbac is stale, so a new marker cannot silently miss the chart.
+func TestRBACFilesCurrent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs controller-gen")
+	}
+	for _, part := range []string{"decofile", "tenant", "mirror", "webhookcert"} {
+		cmd := exec.Command("go", "tool", "-modfile=hack/tools/go.mod", "controller-gen",
+			"rbac:roleName=siteops-"+part, "paths=./internal/"+part+"/...", "output:rbac:stdout")
+		cmd.Dir = ".."
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("controller-gen for %s: %v\n%s", part, err, stderr.String())
+		}
+		have, err := os.ReadFile(filepath.Join(chartDir, "files", "rbac", part+".yaml"))
+		if err != nil || !bytes.Equal(have, out) {
+			t.Errorf("charts/siteops/files/rbac/%s.yaml is stale (%v): run make manifests", part, err)
 		}
 	}
 }
