@@ -9,6 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing/object"
 )
 
 // wavesRun runs the siteops command line and returns its output and error.
@@ -155,5 +159,33 @@ func TestWavesPlanJSON(t *testing.T) {
 	}
 	if len(p.NotPlaced) != 3 || len(p.Misplaced) != 19 {
 		t.Fatalf("not placed %v, %d misplaced", p.NotPlaced, len(p.Misplaced))
+	}
+}
+
+func TestWavesCutoverCheckFlagsTheSplit(t *testing.T) {
+	dir := wavesFixture(t)
+	g, err := git.PlainInit(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wt, _ := g.Worktree()
+	if err := wt.AddWithOptions(&git.AddOptions{All: true}); err != nil {
+		t.Fatal(err)
+	}
+	sig := &object.Signature{Name: "ops", Email: "ops@example.test", When: time.Unix(1700000000, 0)}
+	if _, err := wt.Commit("pre-split", &git.CommitOptions{Author: sig, Committer: sig}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := wavesRun(t, "waves", "emit", "--repo", dir, "--move"); err != nil {
+		t.Fatal(err, out)
+	}
+	out, err := wavesRun(t, "waves", "cutover-check", "--repo", dir, "--base", "HEAD")
+	if !errors.Is(err, errProblems) {
+		t.Fatalf("error %v, want unmitigated hazards\n%s", err, out)
+	}
+	for _, want := range []string{"HAZARD prune-removal [UNMITIGATED]", "safe sequence:", "prune: false` on Kustomization apps"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
 	}
 }
