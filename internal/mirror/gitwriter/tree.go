@@ -18,6 +18,8 @@ import (
 type treeIndex struct {
 	s    storer.EncodedObjectStorer
 	root *dirNode
+	// written lists the trees stored by write, for the push.
+	written []plumbing.Hash
 }
 
 type dirNode struct {
@@ -197,5 +199,6 @@ func (ix *treeIndex) writeDir(d *dirNode) (plumbing.Hash, bool, error) {
 		return plumbing.ZeroHash, false, fmt.Errorf("store tree: %w", err)
 	}
 	d.hash, d.dirty = h, false
+	ix.written = append(ix.written, h)
 	return h, len(t.Entries) == 0, nil
 }

@@ -12,6 +12,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -20,8 +22,11 @@ import (
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/protocol/packp"
 	"github.com/go-git/go-git/v5/plumbing/transport"
+	"github.com/go-git/go-git/v5/plumbing/transport/client"
 	"github.com/go-git/go-git/v5/storage/memory"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -123,6 +128,9 @@ type Config struct {
 	PushAttempts int
 	// RetryInterval is the first wait before retrying a failed batch; it doubles up to 1 minute.
 	RetryInterval time.Duration
+	// ReopenAfter bounds memory: once this many objects were pushed since the last (depth 1)
+	// fetch, the in-memory repository is dropped and fetched again; default 100000.
+	ReopenAfter int
 	// Cursors records the cursors of pushed ops; nil records nothing.
 	Cursors CursorRecorder
 	// OnPushed, when set, is called with every change of each successful push.
@@ -150,6 +158,10 @@ type Writer struct {
 
 	repo *git.Repository
 	tip  plumbing.Hash
+	// built collects the objects the current build stored, for the push.
+	built []plumbing.Hash
+	// pushedObjects counts objects pushed since the repository was opened.
+	pushedObjects int
 
 	mu     sync.Mutex
 	status Status
@@ -167,6 +179,9 @@ func New(cfg Config) *Writer {
 	}
 	if cfg.RetryInterval <= 0 {
 		cfg.RetryInterval = time.Second
+	}
+	if cfg.ReopenAfter <= 0 {
+		cfg.ReopenAfter = 100000
 	}
 	return &Writer{cfg: cfg, in: make(chan Op, 4096), name: cfg.URL + "#" + cfg.Branch}
 }
@@ -337,6 +352,18 @@ func (w *Writer) open(ctx context.Context) error {
 	return nil
 }
 
+// reopen replaces the in-memory repository by a fresh depth-1 fetch, releasing every object
+// the writer accumulated. On failure the current repository is kept.
+func (w *Writer) reopen(ctx context.Context) {
+	repo, tip := w.repo, w.tip
+	if err := w.open(ctx); err != nil {
+		logf.FromContext(ctx).Error(err, "refetch the repository to release memory; keeping the current one")
+		w.repo, w.tip = repo, tip
+		return
+	}
+	w.pushedObjects = 0
+}
+
 func (w *Writer) remoteRef() plumbing.ReferenceName {
 	return plumbing.NewRemoteReferenceName("origin", w.cfg.Branch)
 }
@@ -347,7 +374,8 @@ func (w *Writer) fetch(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	spec := config.RefSpec(fmt.Sprintf("+refs/heads/%s:%s", w.cfg.Branch, w.remoteRef()))
-	err := w.repo.FetchContext(ctx, &git.FetchOptions{RemoteName: "origin", RefSpecs: []config.RefSpec{spec}, Auth: w.cfg.Auth, Force: true})
+	// Depth 1: the writer only builds on the tip, so history is never needed in memory.
+	err := w.repo.FetchContext(ctx, &git.FetchOptions{RemoteName: "origin", RefSpecs: []config.RefSpec{spec}, Auth: w.cfg.Auth, Force: true, Depth: 1})
 	switch {
 	case err == nil, errors.Is(err, git.NoErrAlreadyUpToDate):
 	case errors.Is(err, transport.ErrEmptyRemoteRepository), isMissingRef(err):
@@ -377,7 +405,7 @@ func (w *Writer) flush(ctx context.Context, ops []Op) error {
 	var lastErr error
 	for attempt := 0; attempt < w.cfg.PushAttempts; attempt++ {
 		base := w.tip
-		newTip, applied, err := w.build(base, ops)
+		newTip, applied, objects, err := w.build(base, ops)
 		if err != nil {
 			return err
 		}
@@ -385,7 +413,7 @@ func (w *Writer) flush(ctx context.Context, ops []Op) error {
 			w.recordCursors(ctx, ops)
 			return nil
 		}
-		err = w.push(ctx, base, newTip)
+		err = w.push(ctx, base, newTip, objects)
 		if err == nil {
 			now := time.Now()
 			w.tip = newTip
@@ -406,6 +434,10 @@ func (w *Writer) flush(ctx context.Context, ops []Op) error {
 			if w.cfg.OnPushed != nil {
 				w.cfg.OnPushed(pushed)
 			}
+			w.pushedObjects += len(objects)
+			if w.pushedObjects >= w.cfg.ReopenAfter {
+				w.reopen(ctx)
+			}
 			return nil
 		}
 		lastErr = err
@@ -424,26 +456,77 @@ func (w *Writer) flush(ctx context.Context, ops []Op) error {
 	return fmt.Errorf("the remote kept moving during %d push attempts: %w", w.cfg.PushAttempts, lastErr)
 }
 
-// push updates the remote branch from base to newTip and fails if the remote is not at base.
-func (w *Writer) push(ctx context.Context, base, newTip plumbing.Hash) error {
-	local := plumbing.NewBranchReferenceName(w.cfg.Branch)
-	if err := w.repo.Storer.SetReference(plumbing.NewHashReference(local, newTip)); err != nil {
-		return fmt.Errorf("set local branch: %w", err)
-	}
-	opts := &git.PushOptions{
-		RemoteName: "origin",
-		RefSpecs:   []config.RefSpec{config.RefSpec(fmt.Sprintf("%s:%s", local, local))},
-		Auth:       w.cfg.Auth,
-	}
-	if !base.IsZero() {
-		opts.RequireRemoteRefs = []config.RefSpec{config.RefSpec(fmt.Sprintf("%s:%s", base, local))}
-	}
-	pctx, cancel := context.WithTimeout(ctx, time.Minute)
+// errRemoteMoved says the remote branch is not where the writer built on.
+var errRemoteMoved = errors.New("the remote branch moved")
+
+// push sends exactly the objects this batch created and asks the remote to move the branch from
+// base to newTip; the remote refuses when the branch is no longer at base (compare-and-swap).
+// Unlike a generic push it never walks the history, so its cost follows the batch, not the
+// repository's age.
+func (w *Writer) push(ctx context.Context, base, newTip plumbing.Hash, objects []plumbing.Hash) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := w.repo.PushContext(pctx, opts); err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+	ep, err := transport.NewEndpoint(w.cfg.URL)
+	if err != nil {
+		return fmt.Errorf("parse remote URL %s: %w", w.cfg.URL, err)
+	}
+	cl, err := client.NewClient(ep)
+	if err != nil {
+		return fmt.Errorf("remote %s: %w", w.cfg.URL, err)
+	}
+	sess, err := cl.NewReceivePackSession(ep, w.cfg.Auth)
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", w.cfg.URL, err)
+	}
+	defer sess.Close()
+	ar, err := sess.AdvertisedReferencesContext(ctx)
+	if err != nil {
+		return fmt.Errorf("read references of %s: %w", w.cfg.URL, err)
+	}
+	name := plumbing.NewBranchReferenceName(w.cfg.Branch)
+	current := plumbing.ZeroHash
+	if refs, err := ar.AllReferences(); err == nil {
+		if ref, err := refs.Reference(name); err == nil {
+			current = ref.Hash()
+		}
+	}
+	if current != base {
+		return fmt.Errorf("push %s to %s: %w (at %s, expected %s)", w.cfg.Branch, w.cfg.URL, errRemoteMoved, current, base)
+	}
+	req := packp.NewReferenceUpdateRequestFromCapabilities(ar.Capabilities)
+	req.Commands = []*packp.Command{{Name: name, Old: base, New: newTip}}
+	rd, wr := io.Pipe()
+	req.Packfile = rd
+	encoded := make(chan error, 1)
+	go func() {
+		_, err := packfile.NewEncoder(wr, w.repo.Storer, false).Encode(dedupe(objects), 0)
+		encoded <- wr.CloseWithError(err)
+	}()
+	rs, err := sess.ReceivePack(ctx, req)
+	_ = rd.Close()
+	if eerr := <-encoded; err == nil && eerr != nil {
+		err = eerr
+	}
+	if err == nil && rs != nil {
+		err = rs.Error()
+	}
+	if err != nil {
 		return fmt.Errorf("push %s to %s: %w", w.cfg.Branch, w.cfg.URL, err)
 	}
+	_ = w.repo.Storer.SetReference(plumbing.NewHashReference(w.remoteRef(), newTip))
 	return nil
+}
+
+func dedupe(hs []plumbing.Hash) []plumbing.Hash {
+	seen := make(map[plumbing.Hash]struct{}, len(hs))
+	out := hs[:0:0]
+	for _, h := range hs {
+		if _, ok := seen[h]; !ok {
+			seen[h] = struct{}{}
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 func (w *Writer) recordCursors(ctx context.Context, ops []Op) {
@@ -551,17 +634,18 @@ func (g *groupChanges) result() ([]appliedChange, error) {
 
 // build writes the commits for ops on top of base and returns the new tip (base when nothing
 // changed) and the changes that made it into a commit.
-func (w *Writer) build(base plumbing.Hash, ops []Op) (plumbing.Hash, []appliedChange, error) {
+func (w *Writer) build(base plumbing.Hash, ops []Op) (plumbing.Hash, []appliedChange, []plumbing.Hash, error) {
 	s := w.repo.Storer
 	var rootTree plumbing.Hash
 	if !base.IsZero() {
 		c, err := object.GetCommit(s, base)
 		if err != nil {
-			return base, nil, fmt.Errorf("read tip commit %s: %w", base, err)
+			return base, nil, nil, fmt.Errorf("read tip commit %s: %w", base, err)
 		}
 		rootTree = c.TreeHash
 	}
 	ix := newTreeIndex(s, rootTree)
+	w.built = w.built[:0]
 	parent := base
 	parentTree := rootTree
 	var all []appliedChange
@@ -569,19 +653,19 @@ func (w *Writer) build(base plumbing.Hash, ops []Op) (plumbing.Hash, []appliedCh
 		g := &groupChanges{ix: ix, touched: map[string]*touchedPath{}}
 		for i := range group {
 			if err := w.apply(g, &group[i]); err != nil {
-				return base, nil, err
+				return base, nil, nil, err
 			}
 		}
 		applied, err := g.result()
 		if err != nil {
-			return base, nil, err
+			return base, nil, nil, err
 		}
 		if len(applied) == 0 {
 			continue
 		}
 		tree, err := ix.write()
 		if err != nil {
-			return base, nil, err
+			return base, nil, nil, err
 		}
 		if tree == parentTree {
 			continue
@@ -599,17 +683,19 @@ func (w *Writer) build(base plumbing.Hash, ops []Op) (plumbing.Hash, []appliedCh
 		}
 		obj := s.NewEncodedObject()
 		if err := commit.Encode(obj); err != nil {
-			return base, nil, fmt.Errorf("encode commit: %w", err)
+			return base, nil, nil, fmt.Errorf("encode commit: %w", err)
 		}
 		h, err := s.SetEncodedObject(obj)
 		if err != nil {
-			return base, nil, fmt.Errorf("store commit: %w", err)
+			return base, nil, nil, fmt.Errorf("store commit: %w", err)
 		}
 		metrics.Commits.Inc()
+		w.built = append(w.built, h)
 		parent, parentTree = h, tree
 		all = append(all, applied...)
 	}
-	return parent, all, nil
+	objects := append(slices.Clone(w.built), ix.written...)
+	return parent, all, objects, nil
 }
 
 // groups splits ops into the commits they make: one per change when the window is 0, else one
@@ -668,6 +754,7 @@ func (w *Writer) apply(g *groupChanges, op *Op) error {
 		if _, err := w.repo.Storer.SetEncodedObject(obj); err != nil {
 			return fmt.Errorf("store blob: %w", err)
 		}
+		w.built = append(w.built, h)
 		return ix.set(op.Change.Path, h)
 	case OpDelete:
 		if err := g.touch(op.Change.Path, op.Change.Ref, op); err != nil {

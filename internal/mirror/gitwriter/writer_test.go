@@ -221,6 +221,8 @@ func TestWriterRebuildsOnMovedRemote(t *testing.T) {
 	if files := gitOut(t, "", "--git-dir", bare, "ls-tree", "-r", "--name-only", "main"); files != "README.md\nns/core/configmaps/a.yaml\nns/core/configmaps/b.yaml" {
 		t.Fatalf("files:\n%s", files)
 	}
+	// The remote holds every object of both histories.
+	gitOut(t, "", "--git-dir", bare, "fsck", "--strict")
 }
 
 func TestCredentials(t *testing.T) {
@@ -236,4 +238,20 @@ func TestCredentials(t *testing.T) {
 	if _, err := Credentials("ssh://git@git.example/r.git", map[string][]byte{"known_hosts": []byte("x")}); err == nil {
 		t.Fatal("ssh without a key accepted")
 	}
+}
+
+func TestWriterReopensToReleaseMemory(t *testing.T) {
+	remote := testenv.GitRemote(t, servers.GitRemoteOptions{})
+	url, _ := remote.CreateRepo("reopen", "main")
+	bare := remote.RepoDir("reopen")
+	w, _ := startWriter(t, Config{URL: url, Branch: "main", Committer: Signature{"Mirror", "mirror@example.com"}, ReopenAfter: 1})
+	ctx := context.Background()
+	for i, name := range []string{"a", "b", "c"} {
+		_ = w.Enqueue(ctx, upsert("ns/core/configmaps/"+name+".yaml", name+"\n", fmt.Sprint(i)))
+		waitCommits(t, bare, i+1)
+	}
+	if files := gitOut(t, "", "--git-dir", bare, "ls-tree", "-r", "--name-only", "main"); files != "ns/core/configmaps/a.yaml\nns/core/configmaps/b.yaml\nns/core/configmaps/c.yaml" {
+		t.Fatalf("files after reopening between pushes:\n%s", files)
+	}
+	gitOut(t, "", "--git-dir", bare, "fsck", "--strict")
 }
