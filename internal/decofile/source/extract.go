@@ -204,26 +204,22 @@ func ExtractZip(r io.ReaderAt, size int64, folder string, o ZipOptions, l Limits
 	return c.result()
 }
 
-// SingleTopDir reports whether every entry of the archive lies under one top folder (the layout
-// of GitHub archives), so callers can set ZipOptions.StripTopDir.
-func SingleTopDir(r io.ReaderAt, size int64) bool {
+// SingleTopDir returns the one top folder every entry of the archive lies under (the layout of
+// GitHub archives), or "" when there is none, so callers can decide on ZipOptions.StripTopDir.
+func SingleTopDir(r io.ReaderAt, size int64) string {
 	zr, err := zip.NewReader(r, size)
 	if err != nil || len(zr.File) == 0 {
-		return false
+		return ""
 	}
 	top := ""
 	for _, f := range zr.File {
 		first, _, ok := strings.Cut(f.Name, "/")
-		if !ok {
-			return false
+		if !ok || (top != "" && top != first) {
+			return ""
 		}
-		if top == "" {
-			top = first
-		} else if top != first {
-			return false
-		}
+		top = first
 	}
-	return true
+	return top
 }
 
 // ExtractFS reads the block files under folder from a file system (a checkout or a folder).
