@@ -725,7 +725,7 @@ func TestServerSideReapply(t *testing.T) {
 		obj := u.DeepCopy()
 		unstructured.RemoveNestedField(obj.Object, "status")
 		unstructured.RemoveNestedField(obj.Object, "metadata", "creationTimestamp")
-		if err := c.Client.Patch(ctx, obj, client.Apply, client.FieldOwner("flux"), client.ForceOwnership); err != nil {
+		if err := c.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner("flux"), client.ForceOwnership); err != nil {
 			t.Fatalf("server-side apply %s: %v", u.GetKind(), err)
 		}
 		return obj
