@@ -289,6 +289,12 @@ func (w *Writer) Run(ctx context.Context) error {
 	}
 	for {
 		metrics.PendingWrites.WithLabelValues(w.name).Set(float64(w.Status().Pending))
+		// While pushes fail, stop taking ops past a bound: the watches then block, and their
+		// unpushed events stay uncommitted to their cursors instead of piling up in memory.
+		in := w.in
+		if retrying && len(pending) >= 4*w.cfg.MaxBatch {
+			in = nil
+		}
 		select {
 		case <-ctx.Done():
 			// Drain what the watches already handed over, then try once more to push it.
@@ -305,7 +311,7 @@ func (w *Writer) Run(ctx context.Context) error {
 			flush(fctx)
 			cancel()
 			return nil
-		case op := <-w.in:
+		case op := <-in:
 			take(op)
 			// Take whatever else is already queued before deciding, so bursts batch well.
 		drain:
