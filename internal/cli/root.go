@@ -3,6 +3,9 @@ package cli
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -16,6 +19,11 @@ func NewRootCommand() *cobra.Command {
 		Short:         "Operate tenant sites on Kubernetes: Decofiles, cache isolation, git mirror, delivery waves",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+	}
+	// Installed as kubectl-siteops, kubectl runs the binary for `kubectl siteops`: usage lines,
+	// help and completion then show the command the user typed.
+	if name, ok := strings.CutPrefix(filepath.Base(os.Args[0]), "kubectl-"); ok {
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl " + name}
 	}
 	root.AddCommand(
 		newVersionCommand(),
