@@ -4,12 +4,14 @@ import (
 	"context"
 	"io"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -74,5 +76,11 @@ func TestDevEnvInjectsDecofiles(t *testing.T) {
 	}
 	if len(dep.Spec.Template.Spec.Volumes) != 1 || dep.Spec.Template.Spec.Volumes[0].ConfigMap == nil || dep.Spec.Template.Spec.Volumes[0].ConfigMap.Name != d.ConfigMapName() {
 		t.Errorf("volumes = %+v", dep.Spec.Template.Spec.Volumes)
+	}
+
+	// The delete protection works without Knative installed (its Service kind is skipped).
+	err = c.Delete(ctx, d)
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "deployment.apps/site") {
+		t.Errorf("delete of a referenced Decofile: %v, want denied naming deployment.apps/site", err)
 	}
 }
