@@ -40,9 +40,6 @@ type Options struct {
 
 // BindFlags registers the part's flags.
 func (o *Options) BindFlags(fs *pflag.FlagSet) {
-	if o.RedisPassword == "" {
-		o.RedisPassword = os.Getenv("REDIS_PASSWORD")
-	}
 	if o.RedisKeyPrefix == "" {
 		o.RedisKeyPrefix = store.DefaultKeyPrefix
 	}
@@ -71,8 +68,14 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
+// storeConfig is the Redis store configuration. The password falls back to $REDIS_PASSWORD here,
+// not as a flag default, so it never shows in --help.
 func (o *Options) storeConfig() store.RedisStoreConfig {
-	return store.RedisStoreConfig{Addr: o.RedisAddr, Username: o.RedisUsername, AuthValue: o.RedisPassword, DB: o.RedisDB, TLSEnabled: o.RedisTLS, KeyPrefix: o.RedisKeyPrefix}
+	password := o.RedisPassword
+	if password == "" {
+		password = os.Getenv("REDIS_PASSWORD")
+	}
+	return store.RedisStoreConfig{Addr: o.RedisAddr, Username: o.RedisUsername, AuthValue: password, DB: o.RedisDB, TLSEnabled: o.RedisTLS, KeyPrefix: o.RedisKeyPrefix}
 }
 
 // Setup registers the part's controllers, its engine (run by the leader only) and a readiness

@@ -1,0 +1,53 @@
+package mirror
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+func parse(t *testing.T, args ...string) *Options {
+	t.Helper()
+	o := &Options{}
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	o.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func TestOptionsFlags(t *testing.T) {
+	t.Setenv("REDIS_PASSWORD", "from-env")
+	o := parse(t, "--redis-addr=r:6379", "--redis-username=u", "--redis-db=3", "--redis-tls", "--redis-key-prefix=cell:a:")
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := o.storeConfig()
+	if cfg.Addr != "r:6379" || cfg.Username != "u" || cfg.DB != 3 || !cfg.TLSEnabled || cfg.KeyPrefix != "cell:a:" || cfg.AuthValue != "from-env" {
+		t.Fatalf("store config = %+v", cfg)
+	}
+	if o := parse(t, "--redis-password=flag"); o.storeConfig().AuthValue != "flag" {
+		t.Fatal("--redis-password does not win over $REDIS_PASSWORD")
+	}
+	fs := pflag.NewFlagSet("help", pflag.ContinueOnError)
+	(&Options{}).BindFlags(fs)
+	if strings.Contains(fs.FlagUsages(), "from-env") {
+		t.Fatal("the password from the environment shows in --help")
+	}
+	if o := parse(t); o.RedisKeyPrefix != "siteops" || o.Validate() != nil {
+		t.Fatalf("defaults: %+v %v", o, o.Validate())
+	}
+	if err := (&Options{}).Validate(); err != nil {
+		t.Fatalf("zero Options (no flags bound) must be valid: %v", err)
+	}
+}
+
+func TestOptionsRejectBadPrefixes(t *testing.T) {
+	for _, args := range [][]string{{"--redis-key-prefix="}, {"--redis-key-prefix=a*"}, {"--redis-key-prefix=a%b"}, {"--redis-db=-1"}} {
+		if err := parse(t, args...).Validate(); err == nil {
+			t.Errorf("%v accepted", args)
+		}
+	}
+}
