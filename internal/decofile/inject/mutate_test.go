@@ -1,12 +1,14 @@
 package inject_test
 
 import (
+	"context"
 	"encoding/json"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/api/resource"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -280,5 +284,20 @@ func TestInjectedNeedsTheTokenFingerprint(t *testing.T) {
 	inject.Strip(tpl)
 	if inject.Injected(tpl, "site") || len(tpl.Volumes) != 0 || len(tpl.Containers[0].Env) != 0 || len(tpl.Containers[0].VolumeMounts) != 0 {
 		t.Errorf("Strip left %+v", tpl)
+	}
+}
+
+// TestMalformedTemplateIsAClearError: mutating admission runs before schema validation, so the
+// webhook can see a malformed template; it answers with an error naming the field.
+func TestMalformedTemplateIsAClearError(t *testing.T) {
+	h := &inject.Injector{}
+	raw := []byte(`{"apiVersion":"serving.knative.dev/v1","kind":"Service","metadata":{"name":"s","annotations":{"deco.sites/decofile-inject":"true"}},
+	"spec":{"template":{"spec":{"containers":[{"name":"app","env":"not-a-list"}]}}}}`)
+	resp := h.Handle(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		Operation: admissionv1.Create, Namespace: "ns", Kind: metav1.GroupVersionKind{Kind: "Service"},
+		Object: runtime.RawExtension{Raw: raw},
+	}})
+	if resp.Allowed || resp.Result == nil || resp.Result.Code != 400 || !strings.Contains(resp.Result.Message, "containers[0]") {
+		t.Errorf("response = %+v, want a 400 naming containers[0]", resp.Result)
 	}
 }
