@@ -57,6 +57,11 @@ type Config struct {
 
 // Resolved describes one finished resolution.
 type Resolved struct {
+	// GVR, UID and RV identify the watch event.
+	GVR schema.GroupVersionResource
+	UID types.UID
+	RV  string
+	// Result classifies the match; Fact is the matched fact (zero when absent).
 	Result store.AttributionResult
 	Fact   store.AuthorFact
 	// Author is the commit author; nil means the committer.
@@ -110,7 +115,7 @@ func (r *Resolver) Resolve(ctx context.Context, gvr schema.GroupVersionResource,
 	if r.Enabled() {
 		res = r.wait(ctx, gvr, uid, rv, exactCapable)
 	}
-	out := Resolved{Result: res.Result, Fact: res.Fact, Waited: time.Since(start)}
+	out := Resolved{GVR: gvr, UID: uid, RV: rv, Result: res.Result, Fact: res.Fact, Waited: time.Since(start)}
 	if res.Result != store.AttributionAbsent {
 		sig := r.cfg.Identity.Signature(res.Fact)
 		out.Author = &sig
@@ -133,7 +138,7 @@ func (r *Resolver) wait(ctx context.Context, gvr schema.GroupVersionResource, ui
 		// Take the wake channel before looking, so a fact stored during the lookup still wakes us.
 		wake := r.wakeup()
 		res, err := r.cfg.Index.LookupAuthorResolutionErr(ctx, r.cfg.Route, gvr, uid, rv, exactCapable)
-		if err == nil && res.Result != store.AttributionAbsent {
+		if err == nil && final(res, exactCapable) {
 			return res
 		}
 		t := time.NewTimer(poll)
@@ -154,6 +159,22 @@ func (r *Resolver) wait(ctx context.Context, gvr schema.GroupVersionResource, ui
 		case <-t.C:
 			poll = min(2*poll, r.cfg.MaxPoll)
 		}
+	}
+}
+
+// final reports whether a resolution can be taken without waiting longer. A removal that only
+// matched the :last pointer of an earlier write (create, update, patch) is provisional: the
+// deleting request's own fact is usually still in the API server's audit batch, and taking the
+// pointer now would credit the previous writer with the removal. Such a match is used only when
+// the grace period ends without a better one.
+func final(res store.AuthorResolution, exactCapable bool) bool {
+	switch {
+	case res.Result == store.AttributionAbsent:
+		return false
+	case exactCapable || res.Result != store.AttributionWeak:
+		return true
+	default:
+		return res.Fact.Verb == "delete" || res.Fact.Verb == "deletecollection"
 	}
 }
 

@@ -162,10 +162,16 @@ type objectMeta struct {
 		UID             string `json:"uid"`
 		ResourceVersion string `json:"resourceVersion"`
 	} `json:"metadata"`
+	// Details is set when the response is a Status: most resources answer a DELETE with
+	// Status{details: {name, uid}} instead of the deleted object.
+	Details *struct {
+		Name string `json:"name"`
+		UID  string `json:"uid"`
+	} `json:"details"`
 }
 
-// responseMeta reads the persisted object's metadata from the audit response; zero when the
-// response is absent (Metadata audit level), a Status, or not JSON.
+// responseMeta reads the persisted object's metadata from the audit response, or the name and
+// UID of a Status's details; zero when the response is absent (Metadata audit level) or not JSON.
 func responseMeta(ev *auditv1.Event) objectMeta {
 	var m objectMeta
 	if ev.ResponseObject == nil || len(ev.ResponseObject.Raw) == 0 {
@@ -173,6 +179,12 @@ func responseMeta(ev *auditv1.Event) objectMeta {
 	}
 	if err := json.Unmarshal(ev.ResponseObject.Raw, &m); err != nil {
 		return objectMeta{}
+	}
+	if d := m.Details; d != nil && m.Metadata.UID == "" {
+		m.Metadata.UID = d.UID
+		if m.Metadata.Name == "" {
+			m.Metadata.Name = d.Name
+		}
 	}
 	return m
 }
@@ -195,6 +207,10 @@ func IsServiceAccountName(username string) bool {
 	ns, name, ok := strings.Cut(rest, ":")
 	return ok && ns != "" && name != "" && !strings.Contains(name, ":")
 }
+
+// UserClaims picks a display name and an email from a user's extra claims (see claimsOf); the
+// command admission webhook uses it for CommandAuthor.
+func UserClaims(u authnv1.UserInfo) (displayName, email string) { return claimsOf(u) }
 
 // claimsOf picks a display name and an email from the user's extra claims. Authenticators name
 // these keys differently (OIDC claim mappings, proxies), so the last path segment of the key is

@@ -380,3 +380,26 @@ func TestAttributionRedisDown(t *testing.T) {
 		t.Fatalf("lookup = %s", r.Result)
 	}
 }
+
+// A DELETE of most resources answers Status{details:{uid}}: the UID still joins the removal
+// through :last, and no exact key is written (there is no RV).
+func TestRecordFactDeleteStatusResponse(t *testing.T) {
+	s, raw := newAttributionStore(t, "del")
+	ctx := context.Background()
+	idx := s.AttributionIndex(time.Minute)
+	if err := idx.RecordFact(ctx, "r", auditEvent("create", "bob", "ns", "x", "u1", "5")); err != nil {
+		t.Fatal(err)
+	}
+	del := auditEvent("delete", "alice", "ns", "x", "", "")
+	del.ResponseObject = &runtime.Unknown{Raw: []byte(`{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success","details":{"name":"x","kind":"configmaps","uid":"u1"}}`)}
+	if err := idx.RecordFact(ctx, "r", del); err != nil {
+		t.Fatal(err)
+	}
+	if got := allKeys(t, raw); fmt.Sprint(got) != fmt.Sprint([]string{"del:author:v1:audit:route:r:/configmaps:object:u1:5", "del:author:v1:audit:route:r:/configmaps:object:u1:last"}) {
+		t.Fatalf("keys = %q", got)
+	}
+	r := idx.LookupAuthorResolution(ctx, "r", cmGVR, "u1", "6", false)
+	if r.Result != AttributionWeak || r.Fact.Author != "alice" || r.Fact.Verb != "delete" || r.Fact.UID != "u1" {
+		t.Fatalf("removal = %+v", r)
+	}
+}
