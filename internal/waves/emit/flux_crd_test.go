@@ -69,8 +69,11 @@ func fluxCRD() (string, error) {
 	out, err := cmd.Output()
 	var info struct{ Dir, Error string }
 	_ = json.Unmarshal(out, &info)
-	if err != nil || info.Error != "" || info.Dir == "" {
-		return "", fmt.Errorf("go mod download %s: %v %s %s", fluxModule, err, info.Error, stderr.String())
+	if err != nil {
+		return "", fmt.Errorf("go mod download %s: %w: %s %s", fluxModule, err, info.Error, stderr.String())
+	}
+	if info.Error != "" || info.Dir == "" {
+		return "", fmt.Errorf("go mod download %s: %s", fluxModule, info.Error)
 	}
 	p := filepath.Join(info.Dir, "config", "crd", "bases", "kustomize.toolkit.fluxcd.io_kustomizations.yaml")
 	if _, err := os.Stat(p); err != nil {

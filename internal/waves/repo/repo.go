@@ -89,11 +89,10 @@ func AtRef(dir, ref string, l Layout) (*Repo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("place %s in its repository: %w", dir, err)
 	}
-	prefix := filepath.ToSlash(rel)
-	if prefix == "." {
-		prefix = ""
-	} else if tree, err = tree.Tree(prefix); err != nil {
-		return nil, fmt.Errorf("folder %s is not in commit %s: %w", prefix, h, err)
+	if prefix := filepath.ToSlash(rel); prefix != "." {
+		if tree, err = tree.Tree(prefix); err != nil {
+			return nil, fmt.Errorf("folder %s is not in commit %s: %w", prefix, h, err)
+		}
 	}
 	fs := filesys.MakeFsInMemory()
 	err = tree.Files().ForEach(func(f *object.File) error {
