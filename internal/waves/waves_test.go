@@ -581,3 +581,24 @@ func checkCutover(t *testing.T, dir, ref string) (*cutover.Report, error) {
 	}
 	return reps[0], nil
 }
+
+func TestLintFindsTwoOwners(t *testing.T) {
+	dir := fixture(t)
+	// Emit without --move or retiring `apps`, then move the files by hand but keep apps.
+	s := load(t, dir)
+	if _, err := emit.Emit(s.Repo, s.Plan, emit.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for wave, files := range seedPlacement {
+		for _, f := range files {
+			if err := os.Rename(filepath.Join(dir, "apps", f), filepath.Join(dir, "apps", plan.Dir(wave), f)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	edit(t, dir, "apps/kustomization.yaml", "resources:\n", "resources:\n  - wave-0\n  - wave-1\n  - wave-2\n")
+	for _, f := range []string{"pihole.yaml", "gitea.yaml", "gitea-bootstrap-secret.sops.yaml", "gitea-actions.yaml", "gitea-actions-runner-secret.sops.yaml", "jackett.yaml", "plex.yaml", "qbittorrent.yaml", "sonarr.yaml", "radarr.yaml", "seerr.yaml", "nextcloud.yaml", "nextcloud-bootstrap-secret.sops.yaml", "nextcloud-db.yaml", "nextcloud-db-app.sops.yaml", "semaphore.yaml", "semaphore-bootstrap-secret.sops.yaml", "semaphore-db.yaml", "semaphore-db-app.sops.yaml"} {
+		edit(t, dir, "apps/kustomization.yaml", "  - "+f+"\n", "")
+	}
+	wantProblem(t, lintProblems(t, dir, lint.Options{}), lint.CheckOwnership, "Kustomization apps (./apps) applies", "and 57 more", "remove apps in the cut-over")
+}

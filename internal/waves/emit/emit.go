@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -327,7 +328,7 @@ func (e *Emitter) retireApps() bool {
 		return false
 	}
 	for _, f := range scalarStrings(res) {
-		if _, placed := e.p.Placement[f]; !placed {
+		if _, placed := e.p.Placement[path.Clean(f)]; !placed {
 			return false
 		}
 	}

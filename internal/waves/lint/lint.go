@@ -43,6 +43,7 @@ const (
 	CheckDecryption   Check = "decryption"
 	CheckSubstitution Check = "substitution"
 	CheckParity       Check = "parity"
+	CheckOwnership    Check = "ownership"
 )
 
 // Problem is one finding.
@@ -90,6 +91,7 @@ func Run(r *repo.Repo, o Options) Result {
 	l.placement()
 	l.wavesBuild()
 	flux := l.base()
+	l.ownership(flux)
 	l.environments(flux)
 	if o.CompareRef != "" {
 		l.parity()
@@ -473,5 +475,51 @@ func (l *linter) parity() {
 			msg += "; new: " + strings.Join(extra, ", ")
 		}
 		l.add(CheckParity, "%s", msg)
+	}
+}
+
+// ownership finds app-tier Kustomizations besides the waves (the pre-split `apps`) that apply
+// the same objects as a wave: two owners fight over them and each prunes what the other adopts.
+func (l *linter) ownership(flux map[string]*kustv1.Kustomization) {
+	waveOf := map[string]string{}
+	for name, b := range l.builds {
+		for _, r := range b.Resources() {
+			waveOf[r.CurId().String()] = name
+		}
+	}
+	planned := map[string]bool{}
+	for _, g := range l.s.Plan.Groups {
+		planned[g.Name] = true
+	}
+	names := make([]string, 0, len(flux))
+	for n := range flux {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	apps := l.r.Layout.Apps
+	for _, n := range names {
+		p := path.Clean(strings.TrimPrefix(flux[n].Spec.Path, "./"))
+		if planned[n] || (p != apps && !strings.HasPrefix(p, apps+"/")) {
+			continue
+		}
+		m, err := l.r.Build(p)
+		if err != nil {
+			l.add(CheckOwnership, "Kustomization %s (./%s) is still in clusters/base but its path no longer builds: remove it once the cut-over is done (see `siteops waves cutover-check`): %v", n, p, err)
+			continue
+		}
+		var shared []string
+		for _, r := range m.Resources() {
+			if w, ok := waveOf[r.CurId().String()]; ok {
+				shared = append(shared, r.CurId().String()+" ("+w+")")
+			}
+		}
+		if len(shared) > 0 {
+			more := ""
+			if len(shared) > 3 {
+				more = fmt.Sprintf(" and %d more", len(shared)-3)
+				shared = shared[:3]
+			}
+			l.add(CheckOwnership, "Kustomization %s (./%s) applies %s%s as well as a wave: two owners prune each other's objects; remove %s in the cut-over", n, p, strings.Join(shared, ", "), more, n)
+		}
 	}
 }
