@@ -292,3 +292,40 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// A removal whose only match is the :last pointer of an earlier write waits for the deleting
+// request's fact, and falls back to the earlier writer only when the grace ends.
+func TestRemovalWaitsForTheDeletingRequest(t *testing.T) {
+	srv := testenv.Redis(t, servers.RedisOptions{})
+	st, err := store.NewRedisStore(store.RedisStoreConfig{Addr: srv.Addr, KeyPrefix: "rm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	idx := st.AttributionIndex(time.Minute)
+	ctx := context.Background()
+	r := New(Config{Index: idx, Route: "r", Grace: 800 * time.Millisecond})
+	must(t, idx.RecordFact(ctx, "r", auditEvent("bob", "u1", "5")))
+	must(t, idx.RecordFact(ctx, "r", auditEvent("bob", "u2", "7")))
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		del := auditEvent("alice", "", "")
+		del.Verb = "delete"
+		del.ObjectRef.Name = "u1"
+		del.ResponseObject = &runtime.Unknown{Raw: []byte(`{"kind":"Status","status":"Success","details":{"name":"u1","uid":"u1"}}`)}
+		_ = idx.RecordFact(ctx, "r", del)
+		r.Notify()
+	}()
+	res := r.Resolve(ctx, cm, "u1", "6", false)
+	if res.Author == nil || res.Author.Name != "alice" || res.Fact.Verb != "delete" || res.Result != store.AttributionWeak {
+		t.Fatalf("removal = %+v", res)
+	}
+	if res.Waited < 150*time.Millisecond || res.Waited > 700*time.Millisecond {
+		t.Fatalf("resolved after %v; want when the delete fact arrived (~200ms)", res.Waited)
+	}
+	// No delete fact: the previous writer, weakly, after the grace.
+	res = r.Resolve(ctx, cm, "u2", "8", false)
+	if res.Author == nil || res.Author.Name != "bob" || res.Result != store.AttributionWeak || res.Waited < 800*time.Millisecond {
+		t.Fatalf("fallback = %+v", res)
+	}
+}
