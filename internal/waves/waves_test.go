@@ -2,6 +2,7 @@ package waves_test
 
 import (
 	"crypto/sha256"
+	"flag"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -601,4 +602,31 @@ func TestLintFindsTwoOwners(t *testing.T) {
 		edit(t, dir, "apps/kustomization.yaml", "  - "+f+"\n", "")
 	}
 	wantProblem(t, lintProblems(t, dir, lint.Options{}), lint.CheckOwnership, "Kustomization apps (./apps) applies", "and 57 more", "remove apps in the cut-over")
+}
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// The files emit writes or edits for the seed's repository, compared with golden copies.
+func TestEmitGolden(t *testing.T) {
+	dir := fixture(t)
+	emitMove(t, dir)
+	files := []string{
+		"apps/wave-0/kustomization.yaml", "apps/wave-1/kustomization.yaml", "apps/wave-2/kustomization.yaml",
+		"clusters/base/apps-wave-0.yaml", "clusters/base/apps-wave-1.yaml", "clusters/base/apps-wave-2.yaml",
+		"clusters/base/kustomization.yaml", "clusters/dev/kustomization.yaml",
+	}
+	for _, f := range files {
+		golden := filepath.Join("testdata", "golden-split", filepath.FromSlash(f))
+		got := read(t, dir, f)
+		if *update {
+			writeFile(t, ".", golden, got)
+		}
+		want, err := os.ReadFile(golden)
+		if err != nil {
+			t.Fatalf("%v (run with -update to create it)", err)
+		}
+		if got != string(want) {
+			t.Errorf("%s differs from %s:\n%s", f, golden, got)
+		}
+	}
 }
