@@ -197,3 +197,35 @@ func waitReadyz(t testing.TB, addr string, code int) {
 		return nil
 	})
 }
+
+func TestSpecChangeReplaysIntoTheNewPath(t *testing.T) {
+	c := testenv.APIServer(t)
+	srv := testenv.Redis(t, servers.RedisOptions{})
+	f := newFixture(t, c)
+	opts := mirror.Options{RedisAddr: srv.Addr, RedisKeyPrefix: "spec"}
+	_, stop := runManager(t, c, opts, "")
+	gt := f.target(t, "t", "a", 100*time.Millisecond, "")
+	f.watchRule(t, "cms", "t", cmRule())
+	f.create(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: f.ns}})
+	f.waitFile(t, "a/"+f.ns+"/core/configmaps/x.yaml", "x")
+	f.waitCondition(t, "t", mirrorv1alpha1.ConditionCursorsDurable, metav1.ConditionTrue, "Recorded")
+
+	// Changed while running: the new path gets every object without waiting for a change.
+	patch(t, c, gt, func() { gt.Spec.Path = "b" })
+	f.waitFile(t, "b/"+f.ns+"/core/configmaps/x.yaml", "x")
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if err := c.Client.Get(context.Background(), types.NamespacedName{Namespace: f.ns, Name: "t"}, gt); err != nil {
+			return err
+		}
+		if gt.Status.ObservedGeneration != gt.Generation {
+			return fmt.Errorf("observedGeneration %d, generation %d", gt.Status.ObservedGeneration, gt.Generation)
+		}
+		return nil
+	})
+	stop()
+
+	// Changed while the mirror was down: the cursors of path b must not skip path c.
+	patch(t, c, gt, func() { gt.Spec.Path = "c" })
+	runManager(t, c, opts, "")
+	f.waitFile(t, "c/"+f.ns+"/core/configmaps/x.yaml", "x")
+}

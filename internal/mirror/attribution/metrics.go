@@ -22,17 +22,6 @@ var (
 		Help:    "Time a watch event waited for its author fact (up to the grace period).",
 		Buckets: []float64{0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 10},
 	})
-	// FactsRecorded counts attribution facts written by the audit receiver, by kind (object,
-	// deletecollection).
-	FactsRecorded = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "siteops_mirror_attribution_facts_recorded_total",
-		Help: "Attribution facts recorded from audit events, by kind.",
-	}, []string{"kind"})
-	// AuditEvents counts audit events received, by outcome (recorded, filtered, error, rejected).
-	AuditEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "siteops_mirror_attribution_audit_events_total",
-		Help: "Audit events received by the audit webhook, by outcome.",
-	}, []string{"outcome"})
 	// StoredFacts is the number of audit facts in Redis, refreshed by FactGauge with SCAN.
 	StoredFacts = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "siteops_mirror_attribution_stored_facts",
@@ -41,7 +30,7 @@ var (
 )
 
 func init() {
-	crmetrics.Registry.MustRegister(Resolutions, WaitSeconds, FactsRecorded, AuditEvents, StoredFacts)
+	crmetrics.Registry.MustRegister(Resolutions, WaitSeconds, StoredFacts)
 }
 
 // FactCounter counts stored audit facts (the store's AttributionIndex).

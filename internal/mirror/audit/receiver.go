@@ -27,8 +27,6 @@ import (
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-
-	"github.com/siteops/siteops/internal/mirror/attribution"
 )
 
 // PathPrefix is the URL path the receiver serves; the route follows it.
@@ -136,7 +134,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			attribution.AuditEvents.WithLabelValues("rejected").Inc()
+			AuditEvents.WithLabelValues("rejected").Inc()
 			http.Error(w, fmt.Sprintf("body larger than %d bytes: lower --audit-webhook-batch-max-size", limit), http.StatusRequestEntityTooLarge)
 			return
 		}
@@ -145,7 +143,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	list, err := decodeEventList(body)
 	if err != nil {
-		attribution.AuditEvents.WithLabelValues("rejected").Inc()
+		AuditEvents.WithLabelValues("rejected").Inc()
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
@@ -160,7 +158,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for i := range list.Items {
 		ev := &list.Items[i]
 		if ok, _ := Accept(ev); !ok {
-			attribution.AuditEvents.WithLabelValues("filtered").Inc()
+			AuditEvents.WithLabelValues("filtered").Inc()
 			continue
 		}
 		err := h.Recorder.RecordFact(ctx, route, *ev)
@@ -174,12 +172,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if firstErr == nil {
 				firstErr = err
 			}
-			attribution.AuditEvents.WithLabelValues("error").Inc()
+			AuditEvents.WithLabelValues("error").Inc()
 			continue
 		}
 		recorded++
-		attribution.AuditEvents.WithLabelValues("recorded").Inc()
-		attribution.FactsRecorded.WithLabelValues(kind).Inc()
+		AuditEvents.WithLabelValues("recorded").Inc()
+		FactsRecorded.WithLabelValues(kind).Inc()
 	}
 	if recorded > 0 && h.OnRecorded != nil {
 		h.OnRecorded()

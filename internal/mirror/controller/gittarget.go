@@ -233,6 +233,9 @@ func (r *GitTargetReconciler) desired(ctx context.Context, target *mirrorv1alpha
 		window = target.Spec.CommitWindow.Duration
 	}
 	spec := engine.TargetSpec{
+		// A spec this controller has not yet reported on may have moved the files (path, branch,
+		// provider): cursors recorded for the old location must not skip the replay.
+		Replay:        target.Status.ObservedGeneration != 0 && target.Status.ObservedGeneration != target.Generation,
 		UID:           string(target.UID),
 		Path:          target.Spec.Path,
 		IgnoreDeletes: target.Spec.Deletes == mirrorv1alpha1.DeletesIgnore,

@@ -54,6 +54,9 @@ type TargetSpec struct {
 	IgnoreDeletes bool
 	Writer        WriterSpec
 	Streams       []StreamSpec
+	// Replay makes streams started by this Apply ignore their cursors: the target's spec
+	// changed since its cursors were recorded (a new path, branch or repository).
+	Replay bool
 }
 
 // TargetStatus is what the engine observes for one target.
@@ -335,7 +338,7 @@ func (e *Engine) startStream(target types.NamespacedName, t *targetRun, wr *writ
 	k := streamKey{s.GVR, s.Namespace}
 	cfg := watch.Config{
 		Client: e.dyn, GVR: s.GVR, Namespace: s.Namespace, TargetUID: t.spec.UID, BasePath: t.spec.Path,
-		IgnoreDeletes: t.spec.IgnoreDeletes, Operations: s.Operations, Sink: wr.w,
+		IgnoreDeletes: t.spec.IgnoreDeletes, Operations: s.Operations, Sink: wr.w, IgnoreCursor: t.spec.Replay,
 		OnReplay: func(reason string) {
 			e.statsMu.Lock()
 			t.replays[reason]++

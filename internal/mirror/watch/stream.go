@@ -53,6 +53,9 @@ type Config struct {
 	// Sink receives ops; Cursors (may be nil) provides the resume position.
 	Sink    Sink
 	Cursors CursorLookup
+	// IgnoreCursor replays even when a cursor exists: the target's spec changed, so files may be
+	// missing at the new location.
+	IgnoreCursor bool
 	// OnReplay, when set, is called with the reason whenever a full replay starts.
 	OnReplay func(reason string)
 	// SubmitEvent, when set, receives the op of each live (not replayed) object event instead of
@@ -84,13 +87,16 @@ func (s *Stream) Run(ctx context.Context) error {
 	log := logf.FromContext(ctx).WithValues("resource", s.gr.String(), "namespace", s.cfg.Namespace)
 	ctx = logf.IntoContext(ctx, log)
 	rv, ok := "", false
-	if s.cfg.Cursors != nil {
+	if s.cfg.Cursors != nil && !s.cfg.IgnoreCursor {
 		rv, ok = s.cfg.Cursors.LookupWatchCursor(ctx, s.cfg.TargetUID, s.cfg.GVR, s.cfg.Namespace)
 	}
 	replay := ""
-	if !ok {
+	switch {
+	case s.cfg.IgnoreCursor:
+		replay = "spec-changed"
+	case !ok:
 		replay = "no-cursor"
-	} else {
+	default:
 		log.Info("resuming watch from cursor", "resourceVersion", rv)
 	}
 	backoff := 500 * time.Millisecond
