@@ -630,3 +630,27 @@ func TestEmitGolden(t *testing.T) {
 		}
 	}
 }
+
+func TestEmitRetiresAppsAfterManualMoves(t *testing.T) {
+	dir := fixture(t)
+	for wave, files := range seedPlacement {
+		for _, f := range files {
+			writeFile(t, dir, "apps/"+plan.Dir(wave)+"/"+f, read(t, dir, "apps/"+f))
+			if err := os.Remove(filepath.Join(dir, "apps", f)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s := load(t, dir)
+	if _, err := emit.Emit(s.Repo, s.Plan, emit.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, gone := range []string{"apps/kustomization.yaml", "clusters/base/apps.yaml"} {
+		if _, err := os.Stat(filepath.Join(dir, gone)); !os.IsNotExist(err) {
+			t.Errorf("%s not retired after the files were moved by hand", gone)
+		}
+	}
+	if ps := lintProblems(t, dir, lint.Options{CompareRef: "HEAD"}); len(ps) != 0 {
+		t.Fatalf("lint: %v", ps)
+	}
+}

@@ -112,7 +112,8 @@ func (e *Emitter) run() error {
 			return err
 		}
 	}
-	retire := e.o.Move && e.retireApps()
+	// The pre-split `apps` goes once every file sits in its wave: moved now, or by hand before.
+	retire := (e.o.Move || inPlace(e.p, present)) && e.retireApps()
 	if err := e.removeStale(retire); err != nil {
 		return err
 	}
@@ -313,6 +314,16 @@ func (e *Emitter) fluxKustomization(g plan.Group, tmpl *kustv1.Kustomization) er
 	}
 	head := fmt.Sprintf("%s# Flux Kustomization for %s: applies ./%s/%s after %s is healthy.\n", Generated, what, e.r.Layout.Apps, g.Dir, g.DependsOn)
 	return e.write(e.r.Layout.Clusters+"/base/"+g.Name+".yaml", append([]byte(head), data...))
+}
+
+// inPlace reports whether every placed file already sits in its wave folder.
+func inPlace(p *plan.Plan, present map[string]string) bool {
+	for f := range p.Placement {
+		if g, _ := p.GroupOf(f); present[f] != g.Dir+"/"+f {
+			return false
+		}
+	}
+	return len(p.Placement) > 0
 }
 
 // retireApps reports whether the pre-split `apps` Kustomization is to be removed: after a move,
