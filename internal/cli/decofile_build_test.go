@@ -112,4 +112,3 @@ func TestDecofileBuildErrors(t *testing.T) {
 		t.Fatalf("oversize: %v\n%s", err, out)
 	}
 }
-
