@@ -433,7 +433,7 @@ func TestRBACPerPart(t *testing.T) {
 				}
 				var b rbacv1.ClusterRoleBinding
 				if !m.get(t, "ClusterRoleBinding", "siteops-"+p, &b) || b.RoleRef.Name != "siteops-"+p ||
-					len(b.Subjects) != 1 || b.Subjects[0].Name != "siteops" || b.Subjects[0].Namespace != namespace {
+					len(b.Subjects) != 1 || b.Subjects[0].Name != "siteops-manager" || b.Subjects[0].Namespace != namespace {
 					t.Errorf("ClusterRoleBinding siteops-%s = %+v, want it to bind the role to the siteops ServiceAccount", p, b)
 				}
 			}
@@ -663,7 +663,7 @@ func TestMetricsAndPDB(t *testing.T) {
 			Selector     struct{ MatchLabels map[string]string }
 		}
 	}
-	if !m.get(t, "PodDisruptionBudget", "siteops", &pdb) || pdb.Spec.MinAvailable != 1 || !selects(pdb.Spec.Selector.MatchLabels, d.Spec.Template.Labels) {
+	if !m.get(t, "PodDisruptionBudget", "siteops-manager", &pdb) || pdb.Spec.MinAvailable != 1 || !selects(pdb.Spec.Selector.MatchLabels, d.Spec.Template.Labels) {
 		t.Errorf("PodDisruptionBudget %+v must keep one manager pod", pdb)
 	}
 	if len(m.kind("PrometheusRule")) != 1 || len(m.kind("ConfigMap")) != 1 {

@@ -84,7 +84,7 @@ func TestInstallAndPermissions(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := c.Namespace(t, "siteops", nil)
 			install(t, c, ns, values(t, tc.values))
-			user := fmt.Sprintf("system:serviceaccount:%s:%s", ns, ns)
+			user := fmt.Sprintf("system:serviceaccount:%s:%s-manager", ns, ns)
 			granted := leaderElectionRules()
 			for _, p := range tc.parts {
 				granted = append(granted, generatedRules(t, p)...)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/kustomize/api/resource"
+	"sigs.k8s.io/yaml"
 
 	"github.com/siteops/siteops/internal/decofile/inject"
 	"github.com/siteops/siteops/internal/manager"
@@ -187,5 +190,31 @@ func TestOverlaysAccepted(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestEveryCRDInstalled fails when make manifests generated a CRD that crd/kustomization.yaml
+// does not list (kustomize has no globs).
+func TestEveryCRDInstalled(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("crd", "bases", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no generated CRDs: %v", err)
+	}
+	var names []string
+	for _, r := range build(t, "crd") {
+		names = append(names, r.GetName())
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var crd struct{ Metadata struct{ Name string } }
+		if err := yaml.Unmarshal(b, &crd); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if !slices.Contains(names, crd.Metadata.Name) {
+			t.Errorf("%s (%s) is not listed in config/crd/kustomization.yaml", f, crd.Metadata.Name)
+		}
 	}
 }

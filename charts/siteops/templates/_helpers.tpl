@@ -33,7 +33,7 @@ app.kubernetes.io/component: manager
 
 {{- define "siteops.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
-{{- default (include "siteops.fullname" .) .Values.serviceAccount.name -}}
+{{- default (printf "%s-manager" (include "siteops.fullname" .)) .Values.serviceAccount.name -}}
 {{- else -}}
 {{- default "default" .Values.serviceAccount.name -}}
 {{- end -}}
