@@ -246,9 +246,9 @@ func newWavesEmitCommand() *cobra.Command {
 		Short: "Generate the wave kustomizations, the Flux Kustomization chain and the decryption patches",
 		Long: "Generate apps/wave-<N>/kustomization.yaml and clusters/base/<prefix>-wave-<N>.yaml, keep\n" +
 			"clusters/base/kustomization.yaml and every clusters/<env>/kustomization.yaml decryption patch in step\n" +
-			"(comments are kept). --move places the app files into their wave folders by renaming them; after\n" +
-			"a move the pre-split `apps` Kustomization and apps/kustomization.yaml are removed (run\n" +
-			"`siteops waves cutover-check` before merging that). A second run changes nothing.",
+			"(comments are kept). --move places the app files into their wave folders by renaming them. Once\n" +
+			"every file sits in its wave, the pre-split `apps` Kustomization and apps/kustomization.yaml are\n" +
+			"removed (run `siteops waves cutover-check` before merging that). A second run changes nothing.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, err := f.load()
