@@ -217,11 +217,13 @@ func (n *NodeSet) discoverFrom(ctx context.Context, addr string) ([]Node, error)
 	return nodes, nil
 }
 
-// ReplicaDown reports whether Sentinel's flags mark a replica as unusable.
+// ReplicaDown reports whether Sentinel's flags mark a replica as down. "disconnected" alone does
+// not count: right after a failover Sentinel lists every replica as disconnected until its own
+// link is up, and skipping them then would leave the replicas without the resync.
 func ReplicaDown(flags string) bool {
 	for _, f := range strings.Split(flags, ",") {
 		switch f {
-		case "s_down", "o_down", "disconnected":
+		case "s_down", "o_down":
 			return true
 		}
 	}
@@ -360,27 +362,38 @@ func (n *NodeSet) each(ctx context.Context, prefer string, f func(context.Contex
 	return Result{Nodes: out}
 }
 
-// pipeline sends cmds to addr in one round trip. It returns every command's reply and the first
-// error that is not a missing-key reply.
+// pipelineChunk bounds the commands sent in one round trip. The read timeout covers a whole
+// round trip, so a chunk must finish well within it even on a busy node; 1000 ACL SETUSER in one
+// go can take most of a second.
+const pipelineChunk = 200
+
+// pipeline sends cmds to addr in round trips of pipelineChunk commands. It returns every
+// command's reply and the first error that is not a missing-key reply; it stops at the first
+// chunk that fails.
 func (n *NodeSet) pipeline(ctx context.Context, addr string, cmds [][]any) ([]*redis.Cmd, error) {
 	if len(cmds) == 0 {
 		return nil, nil
 	}
-	pipe := n.client(addr).Pipeline()
+	c := n.client(addr)
 	out := make([]*redis.Cmd, len(cmds))
-	for i, c := range cmds {
-		out[i] = pipe.Do(ctx, c...)
-	}
-	_, err := pipe.Exec(ctx)
-	if err == nil || errors.Is(err, redis.Nil) {
-		return out, nil
-	}
-	for i, c := range out {
-		if e := c.Err(); e != nil && !errors.Is(e, redis.Nil) {
-			return out, fmt.Errorf("%s %s: %w", cmds[i][0], cmds[i][1], e)
+	for start := 0; start < len(cmds); start += pipelineChunk {
+		end := min(start+pipelineChunk, len(cmds))
+		pipe := c.Pipeline()
+		for i := start; i < end; i++ {
+			out[i] = pipe.Do(ctx, cmds[i]...)
 		}
+		_, err := pipe.Exec(ctx)
+		if err == nil || errors.Is(err, redis.Nil) {
+			continue
+		}
+		for i := start; i < end; i++ {
+			if e := out[i].Err(); e != nil && !errors.Is(e, redis.Nil) {
+				return out, fmt.Errorf("%s %s: %w", cmds[i][0], cmds[i][1], e)
+			}
+		}
+		return out, err
 	}
-	return out, err
+	return out, nil
 }
 
 func userMatches(c *redis.Cmd, u User) bool {

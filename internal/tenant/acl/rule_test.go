@@ -61,7 +61,7 @@ func TestNewPasswordIsRandomURLSafe(t *testing.T) {
 }
 
 func TestReplicaDown(t *testing.T) {
-	for flags, want := range map[string]bool{"slave": false, "s_down,slave": true, "slave,disconnected": true, "o_down,slave": true} {
+	for flags, want := range map[string]bool{"slave": false, "s_down,slave": true, "slave,disconnected": false, "o_down,slave": true} {
 		if got := ReplicaDown(flags); got != want {
 			t.Errorf("ReplicaDown(%q) = %v", flags, got)
 		}

@@ -15,17 +15,16 @@ import (
 
 // BenchmarkSwitchMasterToAllNodes measures, for 1000 tenants on a master and two replicas, the
 // time from Sentinel's +switch-master announcement until every user exists on every node of the
-// new topology. The replicas lose every user first, so the failover resync does all the work.
-// Sentinel refuses a second failover of a master within twice its failover timeout, so each run
-// measures one failover and reports it as ms/switch. Goal: at most 2000 ms.
+// new topology, reported as ms/switch (goal: at most 2000). Before each failover every node but
+// the master loses every user, so the failover resync does all the work; ns/op also includes
+// Sentinel's own election and that preparation. Sentinel ends each reconfiguration of a node
+// with CONFIG REWRITE, which on Redis 7.0 renders every ACL user into redis.conf (about 5 ms per
+// user): the demoted node stops answering for seconds, and its users land when it is back.
 func BenchmarkSwitchMasterToAllNodes(b *testing.B) {
 	set := testenv.SentinelSet(b, servers.SentinelSetOptions{Replicas: 2, Password: adminPassword})
 	ctx := context.Background()
 	us := users(1000)
 	ns, _ := startWatcher(b, set, us)
-	if r := ns.UpsertNode(ctx, acl.Node{Addr: set.Master.Addr}, us); r.Err != nil {
-		b.Fatal(r.Err)
-	}
 	sc := redis.NewSentinelClient(&redis.Options{Addr: set.Sentinels[0].Addr})
 	defer sc.Close()
 	ps := sc.Subscribe(ctx, ChannelSwitchMaster)
@@ -33,15 +32,36 @@ func BenchmarkSwitchMasterToAllNodes(b *testing.B) {
 	if _, err := ps.Receive(ctx); err != nil {
 		b.Fatal(err)
 	}
-	var total time.Duration
+	var nodes []string
+	for _, p := range append([]*servers.Process{set.Master}, set.Replicas...) {
+		nodes = append(nodes, p.Addr)
+	}
+	var total, worst time.Duration
 	runs := 0
-	b.ResetTimer()
-	for range b.N {
-		if runs > 0 {
-			b.Skip("Sentinel allows one failover per failover-timeout window")
-		}
-		if err := sc.Failover(ctx, set.MasterName).Err(); err != nil {
+	for b.Loop() {
+		master, err := currentMaster(ctx, set)
+		if err != nil {
 			b.Fatal(err)
+		}
+		if r := ns.UpsertNode(ctx, acl.Node{Addr: master}, us); r.Err != nil {
+			b.Fatal(r.Err)
+		}
+		for _, n := range nodes {
+			if n != master {
+				dropUsers(ctx, b, n, us)
+			}
+		}
+		// A forced failover is refused while the previous one is still reconfiguring replicas.
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			err := sc.Failover(ctx, set.MasterName).Err()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("SENTINEL FAILOVER: %v", err)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 		msg, err := ps.ReceiveMessage(ctx)
 		if err != nil {
@@ -52,11 +72,7 @@ func BenchmarkSwitchMasterToAllNodes(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		var nodes []string
-		for _, p := range append([]*servers.Process{set.Master}, set.Replicas...) {
-			nodes = append(nodes, p.Addr)
-		}
-		deadline := time.Now().Add(30 * time.Second)
+		deadline = time.Now().Add(30 * time.Second)
 		for {
 			err := allPresent(ctx, nodes, us)
 			if err == nil {
@@ -67,10 +83,29 @@ func BenchmarkSwitchMasterToAllNodes(b *testing.B) {
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-		total += time.Since(switched)
+		took := time.Since(switched)
+		b.Logf("switch to %s: every user on every node after %v", sw.New, took)
+		total += took
+		worst = max(worst, took)
 		runs++
 	}
 	b.ReportMetric(float64(total.Milliseconds())/float64(runs), "ms/switch")
+	b.ReportMetric(float64(worst.Milliseconds()), "max-ms/switch")
+}
+
+func dropUsers(ctx context.Context, b *testing.B, addr string, us []acl.User) {
+	c := redis.NewClient(&redis.Options{Addr: addr, Password: adminPassword, Protocol: 2})
+	defer c.Close()
+	pipe := c.Pipeline()
+	for _, u := range us {
+		pipe.Do(ctx, "acl", "deluser", u.Name)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		b.Fatalf("drop users on %s: %v", addr, err)
+	}
+	if err := missingOn(ctx, addr, us[:1]); err == nil {
+		b.Fatalf("users still on %s", addr)
+	}
 }
 
 func allPresent(ctx context.Context, nodes []string, us []acl.User) error {
