@@ -329,3 +329,5 @@ func TestRemovalWaitsForTheDeletingRequest(t *testing.T) {
 		t.Fatalf("fallback = %+v", res)
 	}
 }
+
+func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	authnv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -176,6 +177,9 @@ func TestHandlerStoresFactsAndFailsWithStore(t *testing.T) {
 	idx := s.AttributionIndex(time.Minute)
 	woke := 0
 	h := &Handler{Recorder: idx, OnRecorded: func() { woke++ }}
+	recorded0 := testutil.ToFloat64(AuditEvents.WithLabelValues("recorded"))
+	filtered0 := testutil.ToFloat64(AuditEvents.WithLabelValues("filtered"))
+	items0 := testutil.ToFloat64(FactsRecorded.WithLabelValues("deletecollection"))
 	body := eventList(
 		event("create", "alice", "u1", "5", nil),
 		event("update", "bob", "u2", "6", func(e *auditv1.Event) { e.RequestURI += "?dryRun=All" }),
@@ -190,6 +194,15 @@ func TestHandlerStoresFactsAndFailsWithStore(t *testing.T) {
 	}
 	if woke != 1 {
 		t.Fatalf("OnRecorded called %d times", woke)
+	}
+	if d := testutil.ToFloat64(AuditEvents.WithLabelValues("recorded")) - recorded0; d != 2 {
+		t.Errorf("recorded events +%v, want +2", d)
+	}
+	if d := testutil.ToFloat64(AuditEvents.WithLabelValues("filtered")) - filtered0; d != 2 {
+		t.Errorf("filtered events +%v, want +2 (dry run, get)", d)
+	}
+	if d := testutil.ToFloat64(FactsRecorded.WithLabelValues("deletecollection")) - items0; d != 1 {
+		t.Errorf("deletecollection facts +%v, want +1", d)
 	}
 	cm := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 	ctx := context.Background()
