@@ -195,10 +195,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	default:
 		reconcilesTotal.WithLabelValues("unchanged").Inc()
 	}
-	if out.reason == source.ReasonCredentials || out.err == nil || !out.transient {
+	if out.err == nil || !out.transient {
 		if every := pollInterval(&df); every > 0 {
 			return ctrl.Result{RequeueAfter: every}, nil
 		}
+	}
+	if out.reason == source.ReasonCredentials {
+		// Referenced Secrets are not watched: look again for one created or fixed later.
+		return ctrl.Result{RequeueAfter: DefaultInterval}, nil
 	}
 	return ctrl.Result{}, nil
 }

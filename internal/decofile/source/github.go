@@ -47,6 +47,9 @@ type GitHub struct {
 
 type etagEntry struct{ etag, sha string }
 
+// maxETags bounds the ETag cache (one entry per repository, ref and token in use).
+const maxETags = 10_000
+
 func (g *GitHub) client() *http.Client {
 	if g.HTTP != nil {
 		return g.HTTP
@@ -111,8 +114,8 @@ func (g *GitHub) Resolve(ctx context.Context, org, repo, ref, token string) (str
 		}
 		if et := resp.Header.Get("ETag"); et != "" {
 			g.mu.Lock()
-			if g.etags == nil {
-				g.etags = map[string]etagEntry{}
+			if g.etags == nil || len(g.etags) >= maxETags {
+				g.etags = map[string]etagEntry{} // bounded: the next round re-learns with one full answer each
 			}
 			g.etags[key] = etagEntry{etag: et, sha: sha}
 			g.mu.Unlock()
