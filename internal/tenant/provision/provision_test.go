@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -251,27 +252,51 @@ func templateRevision(c *testenv.Cluster, obj client.Object) (string, error) {
 func finishRollout(t *testing.T, c *testenv.Cluster, d *appsv1.Deployment, ksvc *unstructured.Unstructured) {
 	t.Helper()
 	ctx := context.Background()
-	if err := c.Client.Get(ctx, client.ObjectKeyFromObject(d), d); err != nil {
-		t.Fatal(err)
-	}
-	d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: 1, UpdatedReplicas: 1, AvailableReplicas: 1, ReadyReplicas: 1}
-	if err := c.Client.Status().Update(ctx, d); err != nil {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Client.Get(ctx, client.ObjectKeyFromObject(d), d); err != nil {
+			return err
+		}
+		d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: 1, UpdatedReplicas: 1, AvailableReplicas: 1, ReadyReplicas: 1}
+		return c.Client.Status().Update(ctx, d)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if ksvc == nil {
 		return
 	}
-	if err := c.Client.Get(ctx, client.ObjectKeyFromObject(ksvc), ksvc); err != nil {
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Client.Get(ctx, client.ObjectKeyFromObject(ksvc), ksvc); err != nil {
+			return err
+		}
+		rev := fmt.Sprintf("web-%05d", ksvc.GetGeneration())
+		ksvc.Object["status"] = map[string]any{
+			"observedGeneration": ksvc.GetGeneration(), "latestCreatedRevisionName": rev, "latestReadyRevisionName": rev,
+			"conditions": []any{map[string]any{"type": "Ready", "status": "True"}},
+		}
+		return c.Client.Status().Update(ctx, ksvc)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	rev := fmt.Sprintf("web-%05d", ksvc.GetGeneration())
-	ksvc.Object["status"] = map[string]any{
-		"observedGeneration": ksvc.GetGeneration(), "latestCreatedRevisionName": rev, "latestReadyRevisionName": rev,
-		"conditions": []any{map[string]any{"type": "Ready", "status": "True"}},
-	}
-	if err := c.Client.Status().Update(ctx, ksvc); err != nil {
-		t.Fatal(err)
-	}
+}
+
+// waitRevision waits until every workload's pod template carries the revision of u.
+func waitRevision(t *testing.T, c *testenv.Cluster, u acl.User, workloads ...client.Object) {
+	t.Helper()
+	want := provision.Revision(u)
+	testenv.Eventually(t, 10*time.Second, func() error {
+		for _, w := range workloads {
+			rev, err := templateRevision(c, w)
+			if err != nil {
+				return err
+			}
+			if rev != want {
+				return fmt.Errorf("%T %s not restarted: revision %q, want %q", w, w.GetName(), rev, want)
+			}
+		}
+		return nil
+	})
 }
 
 func on() *string { return ptr.To("true") }
@@ -344,6 +369,7 @@ func TestSecretLossAndRotationKeepOldPasswordUntilRollout(t *testing.T) {
 	e.annotate(t, ns, map[string]*string{decov1.AnnotationValkeyACL: on()})
 	user, p1 := e.waitSecret(t, ns, "")
 	testenv.Eventually(t, 10*time.Second, func() error { return e.authEverywhere(ctx, user, p1) })
+	waitRevision(t, e.c, acl.User{Name: user, Password: p1}, dep, ksvc)
 	finishRollout(t, e.c, dep, ksvc)
 
 	// Losing the Secret issues a new password; the old one keeps working for running pods.
@@ -356,13 +382,7 @@ func TestSecretLossAndRotationKeepOldPasswordUntilRollout(t *testing.T) {
 	if err := e.authEverywhere(ctx, user, p1); err != nil {
 		t.Fatalf("old password refused before the rollout finished: %v", err)
 	}
-	rev2 := provision.Revision(acl.User{Name: user, Password: p2})
-	testenv.Eventually(t, 10*time.Second, func() error {
-		if rev, err := templateRevision(e.c, dep); err != nil || rev != rev2 {
-			return fmt.Errorf("deployment revision %q %v", rev, err)
-		}
-		return nil
-	})
+	waitRevision(t, e.c, acl.User{Name: user, Password: p2}, dep, ksvc)
 	time.Sleep(time.Second) // several rollout polls: nothing may change while pods are old
 	if err := e.authEverywhere(ctx, user, p1); err != nil {
 		t.Fatalf("old password refused while the rollout is pending: %v", err)
@@ -389,13 +409,7 @@ func TestSecretLossAndRotationKeepOldPasswordUntilRollout(t *testing.T) {
 		t.Fatalf("previous password refused during rotation: %v", err)
 	}
 	testenv.Eventually(t, 10*time.Second, func() error { return hasEvent(e.c, ns, provision.ReasonRotated) })
-	testenv.Eventually(t, 10*time.Second, func() error {
-		rev, err := templateRevision(e.c, ksvc)
-		if err != nil || rev != provision.Revision(acl.User{Name: user, Password: p3}) {
-			return fmt.Errorf("knative service revision %q %v", rev, err)
-		}
-		return nil
-	})
+	waitRevision(t, e.c, acl.User{Name: user, Password: p3}, dep, ksvc)
 	finishRollout(t, e.c, dep, ksvc)
 	testenv.Eventually(t, 10*time.Second, func() error {
 		if err := auth(ctx, e.set.Master.Addr, user, p2); err == nil {

@@ -62,7 +62,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.Get(ctx, req.NamespacedName, &ns); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	defer r.countTenants(ctx)
 	if !Wanted(&ns) {
 		if !slices.Contains(ns.Finalizers, Finalizer) {
 			return ctrl.Result{}, nil
@@ -89,6 +88,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if err := r.Client.Patch(ctx, &ns, patch); err != nil {
 			return ctrl.Result{}, fmt.Errorf("add finalizer to namespace %s: %w", ns.Name, err)
 		}
+		defer r.countTenants(ctx)
 	}
 	return r.provision(ctx, &ns, user)
 }
@@ -333,6 +333,7 @@ func (r *Reconciler) deprovision(ctx context.Context, ns *corev1.Namespace) (ctr
 		return ctrl.Result{}, fmt.Errorf("remove finalizer from namespace %s: %w", ns.Name, client.IgnoreNotFound(err))
 	}
 	r.forgetDelete(ns.Name)
+	r.countTenants(ctx)
 	return ctrl.Result{}, nil
 }
 
@@ -362,7 +363,8 @@ func (r *Reconciler) forgetDelete(ns string) {
 	delete(r.firstDeletes, ns)
 }
 
-// countTenants sets the tenants gauge to the number of namespaces holding the finalizer.
+// countTenants sets the tenants gauge to the number of namespaces holding the finalizer. It is
+// called when a finalizer comes or goes, not on every reconcile, because it lists namespaces.
 func (r *Reconciler) countTenants(ctx context.Context) {
 	n, err := CountTenants(ctx, r.Client)
 	if err == nil {
