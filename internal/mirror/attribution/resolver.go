@@ -275,6 +275,12 @@ func (s *Stream) flush() error {
 	ready := s.takeReady()
 	var firstErr error
 	for _, e := range ready {
+		if e.ctx.Err() != nil {
+			// The watch stream stopped (restart, target removed): drop its op. Its cursor was
+			// never recorded, so the next stream sees the change again, and a late hand-over
+			// could overwrite what that stream already wrote.
+			continue
+		}
 		if err := s.next.Enqueue(e.ctx, e.op); err != nil && firstErr == nil {
 			firstErr = err
 		}

@@ -331,3 +331,23 @@ func TestRemovalWaitsForTheDeletingRequest(t *testing.T) {
 }
 
 func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
+
+// Ops of a stopped watch stream are dropped, not handed over late behind its successor.
+func TestStoppedStreamDropsWaitingOps(t *testing.T) {
+	f := &facts{m: map[string]store.AuthorFact{}}
+	r := New(Config{Index: f, Route: "r", Grace: 5 * time.Second, MaxPoll: 10 * time.Millisecond})
+	out := &sink{}
+	s := r.NewStream(out, cm)
+	ctx, cancel := context.WithCancel(context.Background())
+	must(t, s.EnqueueEvent(ctx, upsert("a", "1"), Event{UID: "a", RV: "1", ExactCapable: true}))
+	cancel()
+	testenv.Eventually(t, 2*time.Second, func() error {
+		if s.Pending() != 0 {
+			return errorf("%d pending", s.Pending())
+		}
+		return nil
+	})
+	if got := out.snapshot(); len(got) != 0 {
+		t.Fatalf("a stopped stream handed over %s", describe(got))
+	}
+}
