@@ -102,11 +102,13 @@ func startPart(t *testing.T, c *testenv.Cluster, o tenant.Options) {
 	}
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvWithPeriod(t, 0) }
+
+func newEnvWithPeriod(t *testing.T, period time.Duration) *env {
 	t.Helper()
 	c := testenv.APIServer(t)
 	set := testenv.SentinelSet(t, servers.SentinelSetOptions{Replicas: 1, Password: adminPassword})
-	startPart(t, c, tenant.Options{SentinelAddrs: set.SentinelAddrs(), SentinelMaster: set.MasterName})
+	startPart(t, c, tenant.Options{SentinelAddrs: set.SentinelAddrs(), SentinelMaster: set.MasterName, ResyncPeriod: period})
 	return &env{c: c, set: set, nodes: []string{set.Master.Addr, set.Replicas[0].Addr}}
 }
 
@@ -606,4 +608,31 @@ func TestFailoverResyncsEveryTenantCountedOnce(t *testing.T) {
 	if d := testutil.ToFloat64(metrics.Failovers) - failovers; d != 1 {
 		t.Fatalf("failover counted %v times, want 1", d)
 	}
+}
+
+func TestPeriodicResyncHealsAndCountsTenants(t *testing.T) {
+	e := newEnvWithPeriod(t, time.Second)
+	ctx := context.Background()
+	ns := e.namespace(t, "sites-tick", map[string]string{decov1.AnnotationValkeyACL: "true"})
+	user, pass := e.waitSecret(t, ns, "")
+	testenv.Eventually(t, 10*time.Second, func() error { return e.authEverywhere(ctx, user, pass) })
+	// The gauge is set from the Secrets by every round, so a wrong value is corrected.
+	metrics.Tenants.Set(0)
+	healed := testutil.ToFloat64(metrics.SelfHealed)
+	r := e.admin(e.set.Replicas[0].Addr)
+	defer r.Close()
+	if err := r.Do(ctx, "acl", "deluser", user).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// No annotation changes: only the periodic round can bring the user back.
+	testenv.Eventually(t, 10*time.Second, func() error { return e.authEverywhere(ctx, user, pass) })
+	if d := testutil.ToFloat64(metrics.SelfHealed) - healed; d < 1 {
+		t.Errorf("self-healed counter rose by %v, want at least 1", d)
+	}
+	testenv.Eventually(t, 5*time.Second, func() error {
+		if g := testutil.ToFloat64(metrics.Tenants); g < 1 {
+			return fmt.Errorf("tenants gauge %v", g)
+		}
+		return nil
+	})
 }
