@@ -15,6 +15,7 @@ import (
 	"maps"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -82,6 +83,14 @@ type Reconciler struct {
 	recorder events.EventRecorder
 	opts     Options
 	now      func() time.Time
+	// rejected remembers, per Decofile, the commit whose content failed for good at a
+	// generation, so polling does not download and report the same bad commit again.
+	rejected sync.Map // types.NamespacedName → rejectedCommit
+}
+
+type rejectedCommit struct {
+	generation int64
+	sha        string
 }
 
 // +kubebuilder:rbac:groups=deco.sites,resources=decofiles,verbs=get;list;watch
@@ -138,6 +147,11 @@ type outcome struct {
 	err       error // failure, nil on success
 	transient bool
 	changed   bool // the ConfigMap was written
+	// known: the resolved commit already failed for good at this generation; its condition
+	// stands and nothing is written or reported again.
+	known bool
+	// commit is the resolved commit (github and git sources), also when delivery failed.
+	commit string
 }
 
 // Reconcile brings one Decofile's ConfigMap and status up to date.
@@ -166,6 +180,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	next.ObservedGeneration = df.Generation
 	next.SourceType = df.Spec.Source
 	out := r.deliver(ctx, &df, next)
+	if out.known {
+		reconcilesTotal.WithLabelValues("unchanged").Inc()
+		return ctrl.Result{RequeueAfter: pollInterval(&df)}, nil
+	}
+	switch {
+	case out.err == nil:
+		r.rejected.Delete(req.NamespacedName)
+	case !out.transient && out.commit != "":
+		r.rejected.Store(req.NamespacedName, rejectedCommit{generation: df.Generation, sha: out.commit})
+	}
 
 	status := metav1.ConditionTrue
 	if out.err != nil {
@@ -245,16 +269,32 @@ func (r *Reconciler) deliver(ctx context.Context, df *decov1.Decofile, next *dec
 	start := r.now()
 	blocks, commit, cached, err := r.fetch(ctx, df, intact)
 	fetchDuration.WithLabelValues(string(df.Spec.Source)).Observe(r.now().Sub(start).Seconds())
-	if err != nil {
-		return fail(err)
+	if errors.Is(err, errRejected) {
+		return outcome{known: true}
 	}
-	if commit != "" {
+	if err != nil {
+		out := fail(err)
+		out.commit = commit
+		return out
+	}
+	out := r.store(ctx, df, next, cm, intact, blocks, commit, cached)
+	out.commit = commit
+	return out
+}
+
+// errRejected says the resolved commit is the one that already failed for good.
+var errRejected = errors.New("commit already rejected")
+
+// store records the fetched commit and, when the content changed, encodes and writes it.
+func (r *Reconciler) store(ctx context.Context, df *decov1.Decofile, next *decov1.DecofileStatus, cm *corev1.ConfigMap, intact bool, blocks source.Blocks, commit string, cached bool) outcome {
+	// The commit is recorded only with content stored from it: after a failure, githubCommit
+	// still names the commit of the content pods have.
+	succeeded := func(changed bool) outcome {
 		next.GitHubCommit, next.ShortCommit = commit, short(commit)
-	} else {
-		next.GitHubCommit, next.ShortCommit = "", ""
+		return outcome{reason: decov1.ReasonSucceeded, message: successMessage(next), changed: changed}
 	}
 	if cached {
-		return outcome{reason: decov1.ReasonSucceeded, message: successMessage(next)}
+		return succeeded(false)
 	}
 
 	merged, err := encode.Merge(blocks)
@@ -265,7 +305,7 @@ func (r *Reconciler) deliver(ctx context.Context, df *decov1.Decofile, next *dec
 	if hash == df.Status.ContentHash && intact {
 		// Same content (perhaps a new commit that changed nothing in the folder): nothing to
 		// compress or write.
-		return outcome{reason: decov1.ReasonSucceeded, message: successMessage(next)}
+		return succeeded(false)
 	}
 
 	encStart := r.now()
@@ -300,7 +340,7 @@ func (r *Reconciler) deliver(ctx context.Context, df *decov1.Decofile, next *dec
 	next.ConfigMapName = df.ConfigMapName()
 	rawBytes.WithLabelValues(df.Namespace, df.Name).Set(float64(res.RawBytes))
 	storedBytes.WithLabelValues(df.Namespace, df.Name).Set(float64(res.StoredBytes()))
-	return outcome{reason: decov1.ReasonSucceeded, message: successMessage(next), changed: true}
+	return succeeded(true)
 }
 
 func fail(err error) outcome {
@@ -373,6 +413,9 @@ func (r *Reconciler) fetch(ctx context.Context, df *decov1.Decofile, intact bool
 		if upToDate(sha) {
 			return nil, sha, true, nil
 		}
+		if r.isRejected(df, sha) {
+			return nil, sha, false, errRejected
+		}
 		blocks, err = r.opts.GitHub.Fetch(ctx, gh.Org, gh.Repo, sha, gh.Path, token)
 		return blocks, sha, false, err
 	case decov1.SourceGit:
@@ -395,10 +438,18 @@ func (r *Reconciler) fetch(ctx context.Context, df *decov1.Decofile, intact bool
 		if upToDate(sha) {
 			return nil, sha, true, nil
 		}
+		if r.isRejected(df, sha) {
+			return nil, sha, false, errRejected
+		}
 		blocks, err = r.opts.Git.Fetch(ctx, g.URL, ref, sha, g.Path, auth)
 		return blocks, sha, false, err
 	}
 	return nil, "", false, &source.Error{Reason: source.ReasonInvalidContent, Err: fmt.Errorf("unknown spec.source %q", df.Spec.Source)}
+}
+
+func (r *Reconciler) isRejected(df *decov1.Decofile, sha string) bool {
+	v, ok := r.rejected.Load(types.NamespacedName{Namespace: df.Namespace, Name: df.Name})
+	return ok && v.(rejectedCommit) == rejectedCommit{generation: df.Generation, sha: sha}
 }
 
 // secretValue reads key of Secret name; "" name means no Secret.

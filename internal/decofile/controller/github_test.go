@@ -146,7 +146,7 @@ func TestBadInputKeepsConfigMap(t *testing.T) {
 	ns := e.c.Namespace(t, "bad", nil)
 	org, repo := "acme", "bad-"+ns
 	good := map[string]string{".deco/blocks/a.json": `{"good":true}`}
-	e.gh.Push(org, repo, "main", good)
+	goodSHA := e.gh.Push(org, repo, "main", good)
 	e.create(t, githubDecofile(ns, org, repo, "main", ""))
 	e.waitReady(t, ns, "site", metav1.ConditionTrue, "", nil)
 	cm := e.configMap(t, ns, "site")
@@ -199,8 +199,25 @@ func TestBadInputKeepsConfigMap(t *testing.T) {
 			if now := e.configMap(t, ns, "site"); now.ResourceVersion != cm.ResourceVersion {
 				t.Fatalf("ConfigMap changed after %s", c.name)
 			}
-			if df.Status.ContentHash != encode.Hash([]byte(cm.Data[decov1.KeyJSON])) {
-				t.Fatal("status.contentHash no longer describes the stored content")
+			if df.Status.ContentHash != encode.Hash([]byte(cm.Data[decov1.KeyJSON])) || df.Status.GitHubCommit != goodSHA {
+				t.Fatalf("status no longer describes the stored content: %+v", df.Status)
+			}
+			if c.name == "invalid JSON" {
+				// Polling finds the same bad commit: no second download, no new status write.
+				archives := e.gh.CountRepo(org, repo, ghtest.KindArchive)
+				resolves := e.gh.CountRepo(org, repo, ghtest.KindResolve)
+				testenv.Eventually(t, waitFor, func() error {
+					if n := e.gh.CountRepo(org, repo, ghtest.KindResolve); n < resolves+2 {
+						return errorf("%d resolves", n)
+					}
+					return nil
+				})
+				if n := e.gh.CountRepo(org, repo, ghtest.KindArchive); n != archives {
+					t.Fatalf("the rejected commit was downloaded %d more times", n-archives)
+				}
+				if cur := e.get(t, ns, "site"); cur.ResourceVersion != df.ResourceVersion {
+					t.Fatalf("status rewritten for the same rejected commit")
+				}
 			}
 		})
 	}
