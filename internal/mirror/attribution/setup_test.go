@@ -2,6 +2,7 @@ package attribution
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -82,5 +83,29 @@ func TestConfigureStream(t *testing.T) {
 	New(Config{}).ConfigureStream(types.NamespacedName{}, "uid", &cfg2)
 	if cfg2.SubmitEvent != nil || cfg2.Sink != watch.Sink(out) {
 		t.Fatal("disabled resolver changed the stream config")
+	}
+}
+
+// The stored-facts gauge follows the facts in Redis (SCAN of the audit family only).
+func TestFactGauge(t *testing.T) {
+	srv := testenv.Redis(t, servers.RedisOptions{})
+	st, err := store.NewRedisStore(store.RedisStoreConfig{Addr: srv.Addr, KeyPrefix: "g"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	idx := st.AttributionIndex(time.Minute)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	must(t, st.CommandAuthorStore().RecordCommandAuthor(ctx, "c1", store.CommandAuthor{Author: "x"}))
+	go func() { _ = FactGauge{Counter: idx, Interval: 20 * time.Millisecond}.Start(ctx) }()
+	for i, want := range []float64{2, 4} {
+		must(t, idx.RecordFact(ctx, "r", auditEvent("bob", fmt.Sprint("u", i), "3")))
+		testenv.Eventually(t, 2*time.Second, func() error {
+			if got := testutil.ToFloat64(StoredFacts); got != want {
+				return errorf("gauge %v, want %v", got, want)
+			}
+			return nil
+		})
 	}
 }
