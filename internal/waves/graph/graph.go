@@ -88,7 +88,14 @@ type Waves struct {
 // leaves when their name ends in "-db"; anything else undefined is an error.
 func Compute(in Input) (*Waves, error) {
 	n := len(in.Services) + len(in.Units)
-	w := &Waves{index: make(map[string]int32, n+n/4)}
+	c := n + n/4 // room for database leaves
+	w := &Waves{
+		index: make(map[string]int32, c),
+		names: make([]string, 0, c),
+		kind:  make([]Kind, 0, c),
+		deps:  make([][]int32, 0, c),
+		above: make([]bool, 0, c),
+	}
 	add := func(name string, k Kind) (int32, error) {
 		if _, ok := w.index[name]; ok {
 			return 0, &DuplicateNodeError{Name: name}
@@ -258,6 +265,13 @@ func (w *Waves) Nodes() []string {
 		out[k] = w.names[i]
 	}
 	return out
+}
+
+// Each calls fn for every node in definition order (cheaper than Nodes when order is not needed).
+func (w *Waves) Each(fn func(name string, wave int, kind Kind)) {
+	for i, n := range w.names {
+		fn(n, int(w.wave[i]), w.kind[i])
+	}
 }
 
 // Len is the number of nodes.

@@ -68,7 +68,11 @@ func (e *ConflictError) Error() string {
 
 // FilesOf returns the file names that belong to a node by the naming convention.
 func FilesOf(c *catalog.Catalog, w *graph.Waves, node string) []string {
-	switch w.Kind(node) {
+	return filesOf(c, node, w.Kind(node))
+}
+
+func filesOf(c *catalog.Catalog, node string, kind graph.Kind) []string {
+	switch kind {
 	case graph.KindService:
 		return []string{node + ".yaml", node + "-bootstrap-secret.sops.yaml"}
 	case graph.KindDatabase:
@@ -101,15 +105,23 @@ func Make(c *catalog.Catalog, w *graph.Waves, present map[string]string, o Optio
 	}
 	var ngs []ng
 	p := &Plan{Placement: make(map[string]int, len(present))}
-	for _, node := range w.Nodes() {
-		wave, _ := w.Wave(node)
+	var conflict error
+	w.Each(func(node string, wave int, kind graph.Kind) {
+		if conflict != nil {
+			return
+		}
 		var files []string
-		for _, f := range FilesOf(c, w, node) {
+		for _, f := range filesOf(c, node, kind) {
 			if _, ok := present[f]; !ok {
 				continue
 			}
 			if prev, ok := owner[f]; ok {
-				return nil, &ConflictError{File: f, First: prev, Second: node}
+				first, second := prev, node
+				if second < first {
+					first, second = second, first
+				}
+				conflict = &ConflictError{File: f, First: first, Second: second}
+				return
 			}
 			owner[f] = node
 			files = append(files, f)
@@ -122,7 +134,17 @@ func Make(c *catalog.Catalog, w *graph.Waves, present map[string]string, o Optio
 		default:
 			gating[wave] = append(gating[wave], files...)
 		}
+	})
+	if conflict != nil {
+		return nil, conflict
 	}
+	sort.Slice(p.NotPlaced, func(a, b int) bool {
+		if p.NotPlaced[a].Wave != p.NotPlaced[b].Wave {
+			return p.NotPlaced[a].Wave < p.NotPlaced[b].Wave
+		}
+		return p.NotPlaced[a].Name < p.NotPlaced[b].Name
+	})
+	sort.Slice(ngs, func(a, b int) bool { return ngs[a].unit < ngs[b].unit })
 	waves := make([]int, 0, len(gating))
 	for wv := range gating {
 		waves = append(waves, wv)
