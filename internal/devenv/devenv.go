@@ -46,6 +46,8 @@ type Env struct {
 	KubeconfigPath string
 	// StateDir holds the servers' data and logs.
 	StateDir string
+	// Servers are the local Valkey, Redis, S3 and git servers the parts use.
+	Servers *Servers
 
 	stops   []func() error
 	mgrDone chan error
@@ -110,6 +112,15 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 		return nil, err
 	}
 	if mo.ProbeAddr, err = loopbackAddr(); err != nil {
+		return nil, err
+	}
+	fmt.Fprintln(o.Out, "siteops dev: starting Valkey with Sentinels, Redis, S3 and a git remote")
+	serversDir, err := os.MkdirTemp(o.StateDir, "servers-")
+	if err != nil {
+		return nil, fmt.Errorf("create servers folder: %w", err)
+	}
+	env.onStop(func() error { return os.RemoveAll(serversDir) })
+	if env.Servers, err = startServers(ctx, env, serversDir, &mo); err != nil {
 		return nil, err
 	}
 	if webhooksWanted(&mo) {

@@ -1,0 +1,58 @@
+package devenv
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"github.com/siteops/siteops/internal/manager"
+	"github.com/siteops/siteops/internal/servers"
+)
+
+// Servers are the local stand-ins for what the parts talk to in production.
+type Servers struct {
+	// Valkey is the tenant cache: a master, a replica and three Sentinels.
+	Valkey *servers.SentinelSet
+	// MirrorRedis holds the mirror's watch cursors and attribution facts.
+	MirrorRedis *servers.Process
+	// S3 stores Decofiles of the s3 target; bucket S3Bucket is publicly readable like a CDN origin.
+	S3 *servers.S3Server
+	// Git serves the repositories of git-sourced Decofiles and of the mirror.
+	Git *servers.GitRemote
+}
+
+// S3Bucket is the bucket the local S3 server starts with.
+const S3Bucket = "decofiles"
+
+// startServers starts every local server under dir, registering each stop with env, and points
+// the manager's options at them.
+func startServers(ctx context.Context, env *Env, dir string, mo *manager.Options) (*Servers, error) {
+	s := &Servers{}
+	var err error
+	if s.Valkey, err = servers.StartSentinelSet(ctx, servers.SentinelSetOptions{Dir: filepath.Join(dir, "valkey")}); err != nil {
+		return nil, fmt.Errorf("start Valkey stand-in: %w", err)
+	}
+	env.onStop(func() error { s.Valkey.Stop(); return nil })
+	mo.Tenant.SentinelAddrs = s.Valkey.SentinelAddrs()
+	mo.Tenant.SentinelMaster = s.Valkey.MasterName
+
+	if s.MirrorRedis, err = servers.StartRedis(ctx, servers.RedisOptions{Dir: filepath.Join(dir, "mirror-redis")}); err != nil {
+		return nil, fmt.Errorf("start mirror Redis: %w", err)
+	}
+	env.onStop(s.MirrorRedis.Stop)
+	mo.Mirror.RedisAddr = s.MirrorRedis.Addr
+
+	if s.S3, err = servers.StartS3(ctx, servers.S3Options{Dir: filepath.Join(dir, "s3")}); err != nil {
+		return nil, fmt.Errorf("start S3 server: %w", err)
+	}
+	env.onStop(s.S3.Stop)
+	if err := s.S3.CreateBucket(ctx, S3Bucket, true); err != nil {
+		return nil, err
+	}
+
+	if s.Git, err = servers.StartGitRemote(ctx, servers.GitRemoteOptions{Root: filepath.Join(dir, "git")}); err != nil {
+		return nil, fmt.Errorf("start git remote: %w", err)
+	}
+	env.onStop(s.Git.Stop)
+	return s, nil
+}
