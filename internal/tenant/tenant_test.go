@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-
-	"github.com/siteops/siteops/internal/tenant/acl"
 )
 
 func parse(t *testing.T, args ...string) (*Options, error) {
@@ -72,29 +70,3 @@ func TestValidateNeedsOneWayToValkey(t *testing.T) {
 	}
 }
 
-func TestStartDevValkey(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts redis-server; skipped in -short mode")
-	}
-	o, _ := parse(t)
-	set, err := StartDevValkey(t.Context(), t.TempDir(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer set.Stop()
-	if err := o.Validate(); err != nil {
-		t.Fatalf("options after StartDevValkey: %v", err)
-	}
-	cfg, err := o.NodeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	nodes, err := acl.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nodes.Close()
-	if err := nodes.Upsert(t.Context(), []acl.User{{Name: "dev", Password: "p"}}).Err(); err != nil {
-		t.Fatalf("provision on the local set: %v", err)
-	}
-}
