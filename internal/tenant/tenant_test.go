@@ -69,4 +69,3 @@ func TestValidateNeedsOneWayToValkey(t *testing.T) {
 		t.Fatal("a missing CA file was accepted")
 	}
 }
-
