@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/siteops/siteops/internal/decofile/encode/sample"
 )
@@ -31,12 +33,14 @@ func BenchmarkLevels(b *testing.B) {
 		b.Run(lvl.String(), func(b *testing.B) {
 			b.SetBytes(int64(len(merged)))
 			var out string
+			cpu0 := cpuTime()
 			for b.Loop() {
 				var err error
 				if out, err = Compress(merged, lvl); err != nil {
 					b.Fatal(err)
 				}
 			}
+			b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
 			b.ReportMetric(float64(len(out)), "stored-bytes")
 			b.ReportMetric(float64(len(out))/float64(len(merged))*100, "%-of-raw")
 		})
@@ -55,11 +59,13 @@ func BenchmarkMerge(b *testing.B) {
 		total += len(v)
 	}
 	b.SetBytes(int64(total))
+	cpu0 := cpuTime()
 	for b.Loop() {
 		if _, err := Merge(blocks); err != nil {
 			b.Fatal(err)
 		}
 	}
+	b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
 }
 
 // BenchmarkEncode measures Encode with the default ladder on the standard sample.
@@ -67,14 +73,26 @@ func BenchmarkEncode(b *testing.B) {
 	merged := standardMerged(b)
 	b.SetBytes(int64(len(merged)))
 	var r *Result
+	cpu0 := cpuTime()
 	for b.Loop() {
 		var err error
 		if r, err = Encode(merged, Options{}); err != nil {
 			b.Fatal(err)
 		}
 	}
+	b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
 	b.ReportMetric(float64(len(merged)), "raw-bytes")
 	b.ReportMetric(float64(r.StoredBytes()), "stored-bytes")
 	b.ReportMetric(float64(r.Level.Quality), "quality")
 	fmt.Fprintf(b.Output(), "encode: %d → %d bytes (%s, %d attempt(s))\n", len(merged), r.StoredBytes(), r.Level, r.Attempts)
+}
+
+// cpuTime is the user+system CPU time of the process so far: benchmarks report it per operation
+// because wall time depends on how busy the machine is.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
