@@ -103,7 +103,7 @@ func TestMirrorCommitsByAuthor(t *testing.T) {
 	bob, _ := client.New(ac.userConfig(t, "bob"), client.Options{Scheme: ac.c.Scheme})
 	robot, _ := client.New(ac.serviceAccountConfig(t, ns, "deployer"), client.Options{Scheme: ac.c.Scheme})
 	mk := func(c client.Client, name string) *corev1.ConfigMap {
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string]string{"k": name}}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"set": name[:1]}}, Data: map[string]string{"k": name}}
 		if err := c.Create(ctx, cm); err != nil {
 			t.Fatal(err)
 		}
@@ -120,6 +120,13 @@ func TestMirrorCommitsByAuthor(t *testing.T) {
 	if err := alice.Delete(ctx, b); err != nil {
 		t.Fatal(err)
 	}
+	// erin removes alice's "x" set with one deletecollection: each removal is erin's.
+	erin, _ := client.New(ac.userConfig(t, "erin"), client.Options{Scheme: ac.c.Scheme})
+	mk(alice, "x1")
+	mk(alice, "x2")
+	if err := erin.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(ns), client.MatchingLabels{"set": "x"}); err != nil {
+		t.Fatal(err)
+	}
 	sa := "system:serviceaccount:" + ns + ":deployer"
 	ref := func(name string) string { return "v1/configmaps/" + ns + "/" + name }
 	want := map[string]string{
@@ -129,6 +136,10 @@ func TestMirrorCommitsByAuthor(t *testing.T) {
 		"[CREATE] " + ref("s"):  sa,
 		"[UPDATE] " + ref("a"):  "bob",
 		"[DELETE] " + ref("b"):  "alice",
+		"[CREATE] " + ref("x1"): "alice",
+		"[CREATE] " + ref("x2"): "alice",
+		"[DELETE] " + ref("x1"): "erin",
+		"[DELETE] " + ref("x2"): "erin",
 	}
 	var cs []commit
 	testenv.Eventually(t, 30*time.Second, func() error {
