@@ -18,6 +18,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
 	"helm.sh/helm/v3/pkg/action"
@@ -41,7 +43,10 @@ import (
 	"github.com/siteops/siteops/internal/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m, servers.APIServerOptions{}) }
+func TestMain(m *testing.M) {
+	logf.SetLogger(logr.Discard())
+	testenv.Main(m, servers.APIServerOptions{})
+}
 
 const (
 	chartDir  = "siteops"
@@ -139,9 +144,8 @@ func (m manifests) deployment(t *testing.T) *appsv1.Deployment {
 	return &d
 }
 
-// render templates the chart as `helm template` does, for release "siteops" in ns.
-func render(t *testing.T, release, ns string, vals map[string]any) manifests {
-	t.Helper()
+// newInstall is `helm template`: a client-only dry-run install.
+func newInstall(release, ns string) *action.Install {
 	install := action.NewInstall(&action.Configuration{})
 	install.DryRun = true
 	install.ClientOnly = true
@@ -149,7 +153,13 @@ func render(t *testing.T, release, ns string, vals map[string]any) manifests {
 	install.Namespace = ns
 	install.KubeVersion = kubeVersion
 	install.DisableHooks = true
-	rel, err := install.Run(loadChart(t), vals)
+	return install
+}
+
+// render templates the chart as `helm template` does, for release "siteops" in ns.
+func render(t *testing.T, release, ns string, vals map[string]any) manifests {
+	t.Helper()
+	rel, err := newInstall(release, ns).Run(loadChart(t), vals)
 	if err != nil {
 		t.Fatalf("helm template: %v", err)
 	}
@@ -719,5 +729,24 @@ func TestRBACFilesCurrent(t *testing.T) {
 		if err != nil || !bytes.Equal(have, out) {
 			t.Errorf("charts/siteops/files/rbac/%s.yaml is stale (%v): run make manifests", part, err)
 		}
+	}
+}
+
+// TestNotesWarnAboutMissingSettings checks that helm install tells what a working installation
+// still needs.
+func TestNotesWarnAboutMissingSettings(t *testing.T) {
+	notes := func(doc string) string {
+		rel, err := newInstall("siteops", namespace).Run(loadChart(t), values(t, doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rel.Info.Notes
+	}
+	if n := notes(""); !strings.Contains(n, "flags.valkey-sentinel-addrs") || !strings.Contains(n, "flags.redis-addr") || !strings.Contains(n, "cert-manager") {
+		t.Errorf("default notes do not name the missing settings:\n%s", n)
+	}
+	n := notes("flags: {valkey-url: 'redis://valkey:6379', redis-addr: 'valkey:6379', webhook-self-signed: true}\nsecrets: {valkeyAdminPassword: {name: v}}")
+	if strings.Contains(n, "WARNING") || strings.Contains(n, "Note:") || !strings.Contains(n, "siteops-system/siteops-webhook-ca") {
+		t.Errorf("complete values still warn, or self-signed mode is not explained:\n%s", n)
 	}
 }

@@ -1,0 +1,125 @@
+package charts_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+const schemaFile = "siteops/values.schema.json"
+
+// flagSchema is the JSON schema of one flag value: its type, or null for "not passed".
+func flagSchema(f *pflag.Flag) map[string]any {
+	var s map[string]any
+	switch f.Value.Type() {
+	case "bool":
+		s = map[string]any{"type": []string{"boolean", "null"}}
+	case "int", "int32", "int64", "uint", "uint32", "uint64":
+		s = map[string]any{"type": []string{"integer", "null"}}
+	case "stringSlice", "stringArray":
+		// A list, or one comma-separated string as on the command line.
+		s = map[string]any{"type": []string{"array", "string", "null"}, "items": map[string]any{"type": "string"}}
+	case "duration":
+		s = map[string]any{"type": []string{"string", "null"}, "pattern": `^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$|^0$`}
+	default:
+		s = map[string]any{"type": []string{"string", "null"}}
+	}
+	s["description"] = f.Usage
+	return s
+}
+
+func secretRefSchema(desc string) map[string]any {
+	return map[string]any{
+		"type": "object", "description": desc, "additionalProperties": false,
+		"properties": map[string]any{
+			"name": map[string]any{"type": "string", "description": "Secret in the release namespace; empty: not set"},
+			"key":  map[string]any{"type": "string", "minLength": 1},
+		},
+	}
+}
+
+// valuesSchema builds the chart's values.schema.json: the flags map closed to the manager's real
+// flags (a misspelt flag fails at helm install, not in a crash-looping pod) and typed like them.
+func valuesSchema() map[string]any {
+	fs, _ := managerFlags()
+	flags := map[string]any{}
+	fs.VisitAll(func(f *pflag.Flag) {
+		if _, secret := secretFlags[f.Name]; !secret {
+			flags[f.Name] = flagSchema(f)
+		}
+	})
+	obj := func() map[string]any { return map[string]any{"type": "object"} }
+	return map[string]any{
+		"title": "siteops chart values",
+		"type":  "object",
+		"properties": map[string]any{
+			"replicaCount": map[string]any{"type": "integer", "minimum": 1},
+			"image": map[string]any{"type": "object", "properties": map[string]any{
+				"repository": map[string]any{"type": "string", "minLength": 1},
+				"tag":        map[string]any{"type": "string"},
+				"pullPolicy": map[string]any{"enum": []string{"Always", "IfNotPresent", "Never"}},
+			}},
+			"serviceAccount": map[string]any{"type": "object", "properties": map[string]any{
+				"create": map[string]any{"type": "boolean"}, "name": map[string]any{"type": "string"}, "annotations": obj(),
+			}},
+			"podDisruptionBudget": map[string]any{"type": "object", "properties": map[string]any{
+				"enabled": map[string]any{"type": "boolean"}, "minAvailable": map[string]any{"type": []string{"integer", "string"}},
+			}},
+			"secrets": map[string]any{"type": "object", "additionalProperties": false, "properties": map[string]any{
+				"githubToken":            secretRefSchema("GITHUB_TOKEN"),
+				"valkeyAdminPassword":    secretRefSchema("VALKEY_ADMIN_PASSWORD"),
+				"valkeySentinelPassword": secretRefSchema("VALKEY_SENTINEL_PASSWORD"),
+				"redisPassword":          secretRefSchema("REDIS_PASSWORD"),
+			}},
+			"flags": map[string]any{
+				"type": "object", "additionalProperties": false, "properties": flags,
+				"description": "every siteops-manager flag by name; null: not passed",
+			},
+		},
+	}
+}
+
+// TestValuesSchemaCurrent fails when values.schema.json is not the one the manager's flags
+// give; `go test ./charts -run TestValuesSchemaCurrent -update` rewrites it.
+func TestValuesSchemaCurrent(t *testing.T) {
+	want, err := json.MarshalIndent(valuesSchema(), "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, '\n')
+	have, _ := os.ReadFile(filepath.FromSlash(schemaFile))
+	if bytes.Equal(have, want) {
+		return
+	}
+	if *update {
+		if err := os.WriteFile(filepath.FromSlash(schemaFile), want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Errorf("%s is out of date with the manager's flags: run go test ./charts -run TestValuesSchemaCurrent -update", schemaFile)
+}
+
+// TestValuesSchemaRejects checks that Helm refuses values the manager would refuse.
+func TestValuesSchemaRejects(t *testing.T) {
+	for name, doc := range map[string]string{
+		"misspelt flag":       "flags: {leader-elektion: true}",
+		"wrong type":          "flags: {webhook-port: high}",
+		"bad duration":        "flags: {notify-timeout: five minutes}",
+		"password as a value": "flags: {redis-password: hunter2}",
+		"unknown secret":      "secrets: {awsKey: {name: x}}",
+	} {
+		t.Run(name, func(t *testing.T) {
+			install := newInstall("siteops", namespace)
+			_, err := install.Run(loadChart(t), values(t, doc))
+			if err == nil || !strings.Contains(err.Error(), "schema") {
+				t.Errorf("helm accepted %s (%v), want a schema error", doc, err)
+			}
+		})
+	}
+}
