@@ -73,9 +73,10 @@ type Options struct {
 	Mirror mirror.Options
 }
 
-// DefaultOptions are the options of a production deployment.
+// DefaultOptions are the options of a production deployment. Each part keeps its defaults next
+// to its flags, so they are applied by binding the flags to a throw-away flag set.
 func DefaultOptions() Options {
-	return Options{
+	o := Options{
 		MetricsAddr:      ":8080",
 		ProbeAddr:        ":8081",
 		LeaderElect:      true,
@@ -85,6 +86,8 @@ func DefaultOptions() Options {
 		WebhookCertDir:   "/tmp/k8s-webhook-server/serving-certs",
 		WebhookCertHosts: []string{"siteops-webhook-service.siteops-system.svc", "siteops-webhook-service.siteops-system.svc.cluster.local"},
 	}
+	o.BindFlags(pflag.NewFlagSet("defaults", pflag.ContinueOnError))
+	return o
 }
 
 // BindFlags registers every manager and part flag on fs.
