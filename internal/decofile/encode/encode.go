@@ -24,14 +24,15 @@ import (
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 )
 
-// ConfigMapLimit is the most data (keys plus values) the API server accepts in one ConfigMap.
+// ConfigMapLimit is the most data the API server accepts in one ConfigMap: the sum of the
+// values' lengths (keys do not count), checked against a real API server by the controller tests.
 const ConfigMapLimit = 1 << 20
 
 // DefaultThreshold is the merged-JSON size above which the content is compressed (seed: 2.5 MB).
 const DefaultThreshold = 2_500_000
 
-// timestampReserve is room left for the timestamp.txt key and its value (Unix seconds).
-var timestampReserve = len(decov1.KeyTimestamp) + 20
+// timestampReserve is room left for the value of timestamp.txt (Unix seconds, at most 20 digits).
+const timestampReserve = 20
 
 // Level is one brotli setting of the escalation ladder.
 type Level struct {
@@ -182,8 +183,8 @@ func Hash(merged []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Fits reports whether a value of n bytes under key, plus timestamp.txt, fits in limit.
-func Fits(key string, n, limit int) bool { return len(key)+n+timestampReserve <= limit }
+// Fits reports whether a stored value of n bytes, plus timestamp.txt, fits in limit.
+func Fits(n, limit int) bool { return n+timestampReserve <= limit }
 
 // Encode chooses the stored form of merged: the JSON itself when it is at most Threshold bytes
 // and fits, otherwise base64 of brotli, trying each level of the ladder until the result fits.
@@ -191,7 +192,7 @@ func Fits(key string, n, limit int) bool { return len(key)+n+timestampReserve <=
 func Encode(merged []byte, o Options) (*Result, error) {
 	o = o.withDefaults()
 	start := time.Now()
-	if len(merged) <= o.Threshold && Fits(decov1.KeyJSON, len(merged), o.Limit) {
+	if len(merged) <= o.Threshold && Fits(len(merged), o.Limit) {
 		return &Result{Format: decov1.FormatJSON, Key: decov1.KeyJSON, Data: string(merged), RawBytes: len(merged), Duration: time.Since(start)}, nil
 	}
 	best := -1
@@ -200,14 +201,14 @@ func Encode(merged []byte, o Options) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		if Fits(decov1.KeyBin, len(data), o.Limit) {
+		if Fits(len(data), o.Limit) {
 			return &Result{Format: decov1.FormatBin, Key: decov1.KeyBin, Data: data, RawBytes: len(merged), Level: lvl, Attempts: i + 1, Duration: time.Since(start)}, nil
 		}
 		if best < 0 || len(data) < best {
 			best = len(data)
 		}
 	}
-	return nil, &TooLargeError{RawBytes: len(merged), StoredBytes: best, Limit: o.Limit - len(decov1.KeyBin) - timestampReserve}
+	return nil, &TooLargeError{RawBytes: len(merged), StoredBytes: best, Limit: o.Limit - timestampReserve}
 }
 
 // Compress returns base64 (standard encoding) of the brotli form of data at lvl.

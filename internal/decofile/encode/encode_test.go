@@ -107,7 +107,7 @@ func TestEncodeEscalates(t *testing.T) {
 	if len(strong) >= len(fast) {
 		t.Fatalf("test premise: %s (%d) is not smaller than %s (%d)", levels[1], len(strong), levels[0], len(fast))
 	}
-	overhead := len(decov1.KeyBin) + timestampReserve
+	overhead := timestampReserve
 	limit := overhead + (len(fast)+len(strong))/2
 	r, err := Encode(merged, Options{Limit: limit, Levels: levels})
 	if err != nil {
