@@ -229,7 +229,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	content = Content{} // the body holds the only copy needed from here on
 	log.Info("notifying pods", "pods", len(pods), "protocol", r.opts.Protocol)
-	res := r.notifier.Run(ctx, ro)
+	runCtx, stopWatch := r.watchSupersede(ctx, req.NamespacedName, hash)
+	res := r.notifier.Run(runCtx, ro)
+	superseded := errors.Is(context.Cause(runCtx), errSuperseded)
+	stopWatch()
+	if superseded {
+		// Newer content (or silent mode) arrived: this version no longer matters. The change
+		// that superseded it has queued the next reconcile, which resets PodsNotified.
+		log.Info("rollout superseded by a newer change; stopped", "notified", res.Notified, "of", res.Total)
+		return ctrl.Result{}, nil
+	}
 	for o, n := range map[string]int{"notified": res.Notified, "failed": res.Failed, "skipped": res.Skipped} {
 		podNotificationsTotal.WithLabelValues(o).Add(float64(n))
 	}
@@ -254,6 +263,43 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		"Notified %d of %d pods for %s in %s (%d skipped)", res.Notified, res.Total, id, res.Duration.Round(time.Millisecond), res.Skipped)
 	log.Info("rollout succeeded", "notified", res.Notified, "skipped", res.Skipped, "duration", res.Duration)
 	return ctrl.Result{}, nil
+}
+
+// errSuperseded ends a rollout whose content is no longer the stored one.
+var errSuperseded = errors.New("superseded by newer content")
+
+// supersedeCheckInterval is how often a running rollout checks whether it is still current.
+const supersedeCheckInterval = time.Second
+
+// watchSupersede returns a context that is cancelled with errSuperseded as soon as the Decofile
+// (as the manager's cache sees it) holds other content, becomes silent or goes away, so a long rollout of
+// an outdated version does not delay the current one. stop releases the checker.
+func (r *Reconciler) watchSupersede(ctx context.Context, key client.ObjectKey, hash string) (context.Context, func()) {
+	runCtx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(supersedeCheckInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-runCtx.Done():
+				return
+			case <-t.C:
+				var cur decov1alpha1.Decofile
+				err := r.client.Get(runCtx, key, &cur)
+				if err != nil && !apierrors.IsNotFound(err) {
+					continue
+				}
+				if err != nil || cur.DeletionTimestamp != nil || cur.Spec.Silent || cur.Status.ContentHash != hash {
+					cancel(errSuperseded)
+					return
+				}
+			}
+		}
+	}()
+	return runCtx, func() { close(done); cancel(nil) }
 }
 
 // fail records PodsNotified=False with reason and schedules a retry with backoff.

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -649,5 +650,46 @@ func TestWithDeliveryController(t *testing.T) {
 	second := edit("third")
 	if second.Status.Timestamp <= first.Status.Timestamp || !strings.Contains(string(pods[0].rt.Current().Decofile), `"third"`) {
 		t.Fatalf("timestamps %d → %d, pod serves %s", first.Status.Timestamp, second.Status.Timestamp, pods[0].rt.Current().Decofile)
+	}
+}
+
+// TestNewerChangeSupersedesRollout: while a rollout waits on a pod that holds the request, newer
+// content arrives; the outdated rollout stops and the new one completes without waiting for the
+// old one's timeout.
+func TestNewerChangeSupersedesRollout(t *testing.T) {
+	e := newEnv(t, rollout.Options{Notify: notify.Config{Timeout: time.Minute, PodTimeout: time.Minute}})
+	df := e.decofile("busy", false)
+	const oldTS, newTS = 1731600600, 1731600700
+	var held atomic.Int64
+	e.sitePod("busy-a", podOpts{labels: labelled(df)})
+	slow := e.sitePod("busy-b", podOpts{labels: labelled(df), wrap: func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			if bytes.Contains(body, []byte(`"timestamp":"`+strconv.Itoa(oldTS)+`"`)) {
+				held.Add(1)
+				<-r.Context().Done() // never answers the old version
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			h.ServeHTTP(w, r)
+		})
+	}})
+	e.store(df, []byte(`{"v":"old"}`), "7777777777777777777777777777777777777777", oldTS, false)
+	e.podsNotified(df, metav1.ConditionUnknown, "commit:7777777777777777777777777777777777777777", 10*time.Second)
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if held.Load() == 0 {
+			return errors.New("the slow pod has not been reached yet")
+		}
+		return nil
+	})
+	start := time.Now()
+	newer := []byte(`{"v":"new"}`)
+	e.store(df, newer, "8888888888888888888888888888888888888888", newTS, false)
+	got := e.podsNotified(df, metav1.ConditionTrue, "Successfully notified all pods for commit:8888888888888888888888888888888888888888", 20*time.Second)
+	if took := time.Since(start); took > 15*time.Second {
+		t.Fatalf("the new version waited %s for the outdated rollout", took)
+	}
+	if slow.rt.Current().Hash != encode.Hash(newer) || got.Status.NotifiedHash != encode.Hash(newer) {
+		t.Fatalf("slow pod serves %s; notifiedHash %s", slow.rt.Current().Decofile, got.Status.NotifiedHash)
 	}
 }
