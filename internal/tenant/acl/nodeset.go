@@ -43,20 +43,26 @@ const (
 
 // Node is one data node.
 type Node struct {
+	// Addr is the node's host:port.
 	Addr string
+	// Role is the node's role when it was discovered.
 	Role Role
 }
 
 // NodeError is the failure of one node.
 type NodeError struct {
+	// Node is the node that failed.
 	Node Node
-	Err  error
+	// Err is what failed there.
+	Err error
 }
 
+// Error names the node and its role.
 func (e *NodeError) Error() string {
 	return fmt.Sprintf("%s %s: %v", e.Node.Role, e.Node.Addr, e.Err)
 }
 
+// Unwrap returns the node's underlying error.
 func (e *NodeError) Unwrap() error { return e.Err }
 
 // NodeResult is the outcome of a batch on one node.

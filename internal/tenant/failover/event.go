@@ -22,7 +22,9 @@ var Channels = []string{ChannelSwitchMaster, ChannelReboot, ChannelSdownCleared,
 
 // Switch is a parsed +switch-master message.
 type Switch struct {
-	Master   string
+	// Master is the monitored master's name.
+	Master string
+	// Old and New are the previous and the promoted master's host:port.
 	Old, New string
 }
 
@@ -37,11 +39,14 @@ func ParseSwitch(payload string) (Switch, error) {
 
 // NodeEvent is a parsed instance message (+reboot, -sdown, +slave) about a data node.
 type NodeEvent struct {
+	// Channel is the Sentinel channel the message came on.
 	Channel string
 	// Type is "master" or "slave".
-	Type   string
+	Type string
+	// Master is the name of the master the node belongs to.
 	Master string
-	Addr   string
+	// Addr is the node's host:port.
+	Addr string
 }
 
 // ParseNodeEvent parses Sentinel's instance details: "<type> <name> <ip> <port> @ <master name>

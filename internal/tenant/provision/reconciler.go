@@ -42,9 +42,12 @@ type Reconciler struct {
 	Client client.Client
 	// Secrets reads Secrets without a cluster-wide cache.
 	Secrets client.Reader
-	Nodes   Nodes
-	Roller  *rollout.Roller
-	Events  Recorder
+	// Nodes applies and removes ACL users on the Valkey nodes.
+	Nodes Nodes
+	// Roller restarts the namespace's workloads after a credential change.
+	Roller *rollout.Roller
+	// Events records Events on namespaces.
+	Events Recorder
 	// AdminUsername is reserved: no tenant may get it.
 	AdminUsername string
 	// DeleteTimeout bounds how long an unreachable Valkey holds a namespace's finalizer.

@@ -19,7 +19,9 @@ type UserLister func(ctx context.Context) ([]acl.User, error)
 
 // Syncer applies every listed user on every node in one pipeline per node.
 type Syncer struct {
+	// Nodes reaches the Valkey nodes.
 	Nodes *acl.NodeSet
+	// Users lists the managed tenants.
 	Users UserLister
 }
 
@@ -60,8 +62,11 @@ func (s *Syncer) record(ctx context.Context, res acl.Result) error {
 // Periodic runs ResyncAll every Period, with up to JitterFactor of extra random delay so many
 // operators (or restarts) do not hit the nodes in lockstep. It is a manager Runnable.
 type Periodic struct {
-	Syncer       *Syncer
-	Period       time.Duration
+	// Syncer does each round.
+	Syncer *Syncer
+	// Period is the time between rounds.
+	Period time.Duration
+	// JitterFactor adds up to Period*JitterFactor of random delay to each wait.
 	JitterFactor float64
 }
 

@@ -29,9 +29,13 @@ var KnativeServiceList = schema.GroupVersionKind{Group: "serving.knative.dev", V
 
 // Workload names one restarted object.
 type Workload struct {
-	Kind, Name string
+	// Kind is the object's kind (with its group when not a core or apps kind).
+	Kind string
+	// Name is the object's name in the namespace.
+	Name string
 }
 
+// String returns kind/name, as kubectl prints it.
 func (w Workload) String() string { return w.Kind + "/" + w.Name }
 
 // Roller patches and inspects workloads.
