@@ -74,6 +74,8 @@ type Options struct {
 	Encode encode.Options
 	// MaxConcurrentReconciles is how many Decofiles are processed at once; default 4.
 	MaxConcurrentReconciles int
+	// S3 stores s3-target Decofiles; nil means the s3 target is not configured.
+	S3 ObjectStore
 }
 
 // Reconciler delivers Decofiles into ConfigMaps.
@@ -178,7 +180,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	next := df.Status.DeepCopy()
 	next.ObservedGeneration = df.Generation
-	next.SourceType = df.Spec.Source
 	out := r.deliver(ctx, &df, next)
 	if out.known {
 		reconcilesTotal.WithLabelValues("unchanged").Inc()
@@ -258,6 +259,9 @@ func pollInterval(df *decov1.Decofile) time.Duration {
 // deliver retrieves, encodes and stores the content, updating next (the status to record).
 func (r *Reconciler) deliver(ctx context.Context, df *decov1.Decofile, next *decov1.DecofileStatus) outcome {
 	if df.TargetOrDefault() == decov1.TargetS3 {
+		if r.opts.S3 != nil {
+			return r.deliverS3(ctx, df, next)
+		}
 		return outcome{reason: ReasonS3NotConfigured, err: errors.New("spec.target is s3 but this operator has no S3 target configured; use target: configmap, or run an operator configured for S3")}
 	}
 	cm, err := r.configMap(ctx, df)
@@ -279,6 +283,9 @@ func (r *Reconciler) deliver(ctx context.Context, df *decov1.Decofile, next *dec
 	}
 	out := r.store(ctx, df, next, cm, intact, blocks, commit, cached)
 	out.commit = commit
+	if out.err == nil {
+		next.S3URL = "" // back on the configmap target: pods no longer load the object
+	}
 	return out
 }
 
@@ -287,9 +294,10 @@ var errRejected = errors.New("commit already rejected")
 
 // store records the fetched commit and, when the content changed, encodes and writes it.
 func (r *Reconciler) store(ctx context.Context, df *decov1.Decofile, next *decov1.DecofileStatus, cm *corev1.ConfigMap, intact bool, blocks source.Blocks, commit string, cached bool) outcome {
-	// The commit is recorded only with content stored from it: after a failure, githubCommit
-	// still names the commit of the content pods have.
+	// Source and commit are recorded only with content stored from them: after a failure,
+	// sourceType and githubCommit still describe the content pods have.
 	succeeded := func(changed bool) outcome {
+		next.SourceType = df.Spec.Source
 		next.GitHubCommit, next.ShortCommit = commit, short(commit)
 		return outcome{reason: decov1.ReasonSucceeded, message: successMessage(next), changed: changed}
 	}
@@ -652,6 +660,7 @@ func apply(s, next *decov1.DecofileStatus) {
 	s.GitHubCommit, s.ShortCommit = next.GitHubCommit, next.ShortCommit
 	s.ContentHash = next.ContentHash
 	s.ConfigMapName = next.ConfigMapName
+	s.S3URL = next.S3URL
 	s.Format = next.Format
 	s.RawBytes, s.StoredBytes = next.RawBytes, next.StoredBytes
 	s.Timestamp = next.Timestamp
