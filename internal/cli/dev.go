@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	goflag "flag"
 	"io"
 	"os/signal"
@@ -49,6 +50,7 @@ func newDevUpCommand() *cobra.Command {
 
 func newDevDemoCommand() *cobra.Command {
 	o := devenv.Options{KubeconfigPath: ".siteops/demo/kubeconfig", Manager: manager.DefaultOptions()}
+	examples := "examples/homelab"
 	zapOpts := zap.Options{}
 	cmd := &cobra.Command{
 		Use:   "demo",
@@ -58,12 +60,24 @@ func newDevDemoCommand() *cobra.Command {
 			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts), zap.WriteTo(io.Discard)))
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return demo.Run(ctx, o, demo.Steps(), cmd.OutOrStdout())
+			steps, cleanup := demo.Steps(runInProcess, examples)
+			defer cleanup()
+			return demo.Run(ctx, o, steps, cmd.OutOrStdout())
 		},
 	}
 	cmd.Flags().StringVar(&o.KubeconfigPath, "kubeconfig", o.KubeconfigPath, "where to write the admin kubeconfig while the demo runs")
+	cmd.Flags().StringVar(&examples, "examples", examples, "sample repository for the wave planner step")
 	goFlags := goflag.NewFlagSet("log", goflag.ContinueOnError)
 	zapOpts.BindFlags(goFlags)
 	cmd.Flags().AddGoFlagSet(goFlags)
 	return cmd
+}
+
+// runInProcess runs a siteops command line in this process, as the demo's steps do.
+func runInProcess(ctx context.Context, out io.Writer, args ...string) error {
+	root := NewRootCommand()
+	root.SetArgs(args)
+	root.SetOut(out)
+	root.SetErr(out)
+	return root.ExecuteContext(ctx)
 }

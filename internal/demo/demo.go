@@ -24,11 +24,21 @@ type Step struct {
 	Run func(ctx context.Context, env *devenv.Env, out io.Writer) (string, error)
 }
 
-// Steps lists the demo's stages in order.
-func Steps() []Step {
+// Runner runs a siteops command line in-process, writing its output to out.
+type Runner func(ctx context.Context, out io.Writer, args ...string) error
+
+// Steps lists the demo's stages in order; run executes siteops commands and examples is the
+// sample wave-planner repository.
+func Steps(run Runner, examples string) ([]Step, func()) {
+	s := &site{namespace: "sites-demo", name: "storefront"}
 	return []Step{
 		{Name: "control plane", Run: controlPlane},
-	}
+		{Name: "tenant cache isolation", Run: tenantACL(s.namespace)},
+		{Name: "Decofile from git", Run: s.gitSourcedDecofile},
+		{Name: "injected site pods", Run: s.injectedPods},
+		{Name: "edit and rollout", Run: s.editAndRollout(run)},
+		{Name: "wave planner", Run: waves(examples, run)},
+	}, s.stop
 }
 
 type result struct {

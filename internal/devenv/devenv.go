@@ -81,6 +81,9 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 	if o.StateDir == "" {
 		o.StateDir = filepath.Dir(o.KubeconfigPath)
 	}
+	if o.StateDir, err = filepath.Abs(o.StateDir); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create state folder: %w", err)
 	}

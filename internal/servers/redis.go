@@ -41,6 +41,10 @@ func StartRedis(ctx context.Context, o RedisOptions) (*Process, error) {
 			return nil, err
 		}
 	}
+	// redis-server resolves its dir from its own working folder, which is o.Dir itself.
+	if o.Dir, err = filepath.Abs(o.Dir); err != nil {
+		return nil, err
+	}
 	lines := []string{
 		"bind " + o.Host,
 		"port " + strconv.Itoa(o.Port),
@@ -174,7 +178,10 @@ func StartSentinelSet(ctx context.Context, o SentinelSetOptions) (*SentinelSet, 
 		if err != nil {
 			return fail(err)
 		}
-		dir := filepath.Join(o.Dir, "sentinel-"+strconv.Itoa(i))
+		dir, err := filepath.Abs(filepath.Join(o.Dir, "sentinel-"+strconv.Itoa(i)))
+		if err != nil {
+			return fail(err)
+		}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fail(err)
 		}

@@ -1,0 +1,360 @@
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/internal/devenv"
+	"github.com/siteops/siteops/pkg/siteruntime"
+)
+
+// site is the state the Decofile steps share: the site's namespace, its git work tree, and the
+// site-runtime processes standing in for its pods.
+type site struct {
+	namespace, name string
+	repoURL, work   string
+	pods            []*sitePod
+}
+
+// sitePod is a site runtime serving on its own loopback address, like one pod of the site.
+type sitePod struct {
+	name    string
+	addr    string
+	runtime *siteruntime.Runtime
+	server  *http.Server
+}
+
+func (s *site) stop() {
+	for _, p := range s.pods {
+		_ = p.server.Close()
+	}
+}
+
+// gitSourcedDecofile pushes two block files to the local git remote and creates a Decofile that
+// reads them; the operator must store them in a ConfigMap.
+func (s *site) gitSourcedDecofile(ctx context.Context, env *devenv.Env, out io.Writer) (string, error) {
+	var err error
+	if s.repoURL, err = env.Servers.Git.CreateRepo("site-"+s.name, "main"); err != nil {
+		return "", err
+	}
+	s.work = filepath.Join(env.StateDir, "site-work")
+	_ = os.RemoveAll(s.work)
+	if err := git("", "clone", "--quiet", s.repoURL, s.work); err != nil {
+		return "", err
+	}
+	if err := s.commitBlocks(map[string]string{
+		"Header.json":                    `{"logo":"/logo.svg","links":["Home","Blog"]}`,
+		"pages/Home.json":                `{"title":"Welcome & hello","sections":["Hero","Shelf"]}`,
+		"Campaign%20Timer%20-%2001.json": `{"ends":"2026-12-24T00:00:00Z"}`,
+	}, "first content"); err != nil {
+		return "", err
+	}
+	fmt.Fprintf(out, "    pushed 3 block files to %s\n", s.repoURL)
+
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.namespace}}
+	if err := env.Client.Create(ctx, ns); client.IgnoreAlreadyExists(err) != nil {
+		return "", err
+	}
+	df := &decov1alpha1.Decofile{
+		ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: s.namespace},
+		Spec: decov1alpha1.DecofileSpec{
+			Source:   decov1alpha1.SourceGit,
+			Git:      &decov1alpha1.GitSource{URL: s.repoURL, Ref: "main", Path: ".deco/blocks"},
+			Interval: &metav1.Duration{Duration: 2 * time.Second},
+		},
+	}
+	if err := env.Client.Create(ctx, df); err != nil {
+		return "", fmt.Errorf("create Decofile: %w", err)
+	}
+	head, err := s.head()
+	if err != nil {
+		return "", err
+	}
+	if err := waitFor(ctx, time.Minute, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(df), df); err != nil {
+			return err
+		}
+		if !meta.IsStatusConditionTrue(df.Status.Conditions, decov1alpha1.ConditionReady) || df.Status.GitHubCommit != head {
+			return fmt.Errorf("Decofile not Ready at commit %s: %+v", head, df.Status.Conditions)
+		}
+		return nil
+	}); err != nil {
+		return "", err
+	}
+	cm := &corev1.ConfigMap{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: s.namespace, Name: df.ConfigMapName()}, cm); err != nil {
+		return "", fmt.Errorf("read the Decofile's ConfigMap: %w", err)
+	}
+	var blocks map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(cm.Data[decov1alpha1.KeyJSON]), &blocks); err != nil {
+		return "", fmt.Errorf("ConfigMap %s holds no valid %s: %w", cm.Name, decov1alpha1.KeyJSON, err)
+	}
+	for _, want := range []string{"Header", "Home", "Campaign Timer - 01"} {
+		if _, ok := blocks[want]; !ok {
+			return "", fmt.Errorf("block %q missing from the ConfigMap (has %d blocks)", want, len(blocks))
+		}
+	}
+	fmt.Fprintf(out, "    ConfigMap %s/%s: %s with blocks Header, Home (from pages/), \"Campaign Timer - 01\"; timestamp %s\n",
+		s.namespace, cm.Name, decov1alpha1.KeyJSON, cm.Data[decov1alpha1.KeyTimestamp])
+	return fmt.Sprintf("Decofile %s Ready at commit %s, %d bytes in ConfigMap %s", s.name, short(head), df.Status.StoredBytes, cm.Name), nil
+}
+
+// injectedPods creates an annotated Deployment, checks what the webhook injected, and runs three
+// site runtimes from the injected pod template, registered as Running pods.
+func (s *site) injectedPods(ctx context.Context, env *devenv.Env, out io.Writer) (string, error) {
+	port, err := freePortOnAll([]string{"127.0.0.21", "127.0.0.22", "127.0.0.23"})
+	if err != nil {
+		return "", err
+	}
+	labels := map[string]string{"app": s.name}
+	deploy := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: s.name, Namespace: s.namespace,
+			Annotations: map[string]string{decov1alpha1.AnnotationInject: s.name},
+		},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr(int32(3)),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name: "app", Image: "deco-site:demo",
+					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: int32(port)}},
+				}}},
+			},
+		},
+	}
+	if err := env.Client.Create(ctx, deploy); err != nil {
+		return "", fmt.Errorf("create Deployment: %w", err)
+	}
+	tmpl := deploy.Spec.Template
+	app := tmpl.Spec.Containers[0]
+	release := envValue(app, decov1alpha1.EnvRelease)
+	if !strings.HasPrefix(release, "file://") || tmpl.Labels[decov1alpha1.LabelDecofile] != s.name || len(tmpl.Spec.Volumes) == 0 {
+		return "", fmt.Errorf("webhook did not inject the Decofile: DECO_RELEASE=%q labels=%v volumes=%d", release, tmpl.Labels, len(tmpl.Spec.Volumes))
+	}
+	tokenRef := envFrom(app, decov1alpha1.EnvReloadToken)
+	if tokenRef == nil || tokenRef.SecretKeyRef == nil {
+		return "", errors.New("reload token is not injected from a Secret")
+	}
+	fmt.Fprintf(out, "    webhook injected: DECO_RELEASE=%s, volume %s, %s from Secret %s\n",
+		release, tmpl.Spec.Volumes[0].Name, decov1alpha1.EnvReloadToken, tokenRef.SecretKeyRef.Name)
+
+	token := &corev1.Secret{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: s.namespace, Name: tokenRef.SecretKeyRef.Name}, token); err != nil {
+		return "", fmt.Errorf("read reload token Secret: %w", err)
+	}
+	cm := &corev1.ConfigMap{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: s.namespace, Name: "decofile-" + s.name}, cm); err != nil {
+		return "", err
+	}
+	mountPath := filepath.Dir(strings.TrimPrefix(release, "file://"))
+	for i, ip := range []string{"127.0.0.21", "127.0.0.22", "127.0.0.23"} {
+		p, err := s.startPod(ctx, env, fmt.Sprintf("%s-%d", s.name, i), net.JoinHostPort(ip, strconv.Itoa(port)), tmpl, cm, mountPath, release, string(token.Data[tokenRef.SecretKeyRef.Key]))
+		if err != nil {
+			return "", err
+		}
+		s.pods = append(s.pods, p)
+		fmt.Fprintf(out, "    pod %s running at %s serving %d bytes\n", p.name, p.addr, len(p.runtime.Current().Decofile))
+	}
+	return fmt.Sprintf("3 pods injected with %s and serving the Decofile", decov1alpha1.EnvRelease), nil
+}
+
+// startPod plays the kubelet for one pod: it materialises the ConfigMap volume into a folder, starts
+// a site runtime from the pod's environment, and records the pod as Running at its address.
+func (s *site) startPod(ctx context.Context, env *devenv.Env, name, addr string, tmpl corev1.PodTemplateSpec, cm *corev1.ConfigMap, mountPath, release, token string) (*sitePod, error) {
+	dir := filepath.Join(env.StateDir, "pods", name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	for k, v := range cm.Data {
+		if err := os.WriteFile(filepath.Join(dir, k), []byte(v), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	rt, err := siteruntime.New(ctx, siteruntime.Options{Release: "file://" + filepath.Join(dir, filepath.Base(strings.TrimPrefix(release, "file://"+mountPath))), Token: token})
+	if err != nil {
+		return nil, fmt.Errorf("start site runtime for %s: %w", name, err)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: rt.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.namespace, Labels: tmpl.Labels, Annotations: tmpl.Annotations},
+		Spec:       tmpl.Spec,
+	}
+	if err := env.Client.Create(ctx, pod); err != nil {
+		_ = srv.Close()
+		return nil, fmt.Errorf("create pod %s: %w", name, err)
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	pod.Status = corev1.PodStatus{
+		Phase: corev1.PodRunning, PodIP: host, PodIPs: []corev1.PodIP{{IP: host}},
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+	}
+	if err := env.Client.Status().Update(ctx, pod); err != nil {
+		_ = srv.Close()
+		return nil, fmt.Errorf("mark pod %s running: %w", name, err)
+	}
+	return &sitePod{name: name, addr: addr, runtime: rt, server: srv}, nil
+}
+
+// editAndRollout pushes a change, lets the operator deliver it and notify every pod, and confirms
+// it with `siteops decofile wait`.
+func (s *site) editAndRollout(run Runner) func(context.Context, *devenv.Env, io.Writer) (string, error) {
+	return func(ctx context.Context, env *devenv.Env, out io.Writer) (string, error) {
+		if err := s.commitBlocks(map[string]string{"pages/Home.json": `{"title":"Winter sale & more","sections":["Hero","Shelf","Countdown"]}`}, "winter sale"); err != nil {
+			return "", err
+		}
+		head, err := s.head()
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(out, "    pushed commit %s; running: siteops decofile wait %s -n %s --for commit:%s\n", short(head), s.name, s.namespace, short(head))
+		start := time.Now()
+		if err := run(ctx, indent(out), "decofile", "wait", s.name, "-n", s.namespace, "--for", "commit:"+head, "--timeout", "2m", "--kubeconfig", env.KubeconfigPath); err != nil {
+			return "", fmt.Errorf("siteops decofile wait: %w", err)
+		}
+		df := &decov1alpha1.Decofile{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: s.namespace, Name: s.name}, df); err != nil {
+			return "", err
+		}
+		for _, p := range s.pods {
+			if got := p.runtime.Current().Hash; got != df.Status.ContentHash {
+				return "", fmt.Errorf("pod %s serves content %s, want %s", p.name, got, df.Status.ContentHash)
+			}
+			if !strings.Contains(string(p.runtime.Current().Decofile), "Winter sale & more") {
+				return "", fmt.Errorf("pod %s does not serve the edit", p.name)
+			}
+		}
+		return fmt.Sprintf("commit %s on all %d pods in %s (PodsNotified=True)", short(head), len(s.pods), time.Since(start).Round(100*time.Millisecond)), nil
+	}
+}
+
+func (s *site) commitBlocks(files map[string]string, msg string) error {
+	for name, body := range files {
+		p := filepath.Join(s.work, ".deco", "blocks", filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			return err
+		}
+	}
+	if err := git(s.work, "add", "-A"); err != nil {
+		return err
+	}
+	if err := git(s.work, "-c", "user.name=Site Editor", "-c", "user.email=editor@example.com", "commit", "--quiet", "-m", msg); err != nil {
+		return err
+	}
+	return git(s.work, "push", "--quiet", "origin", "HEAD:main")
+}
+
+func (s *site) head() (string, error) {
+	out, err := exec.Command("git", "-C", s.work, "rev-parse", "HEAD").Output()
+	if err != nil {
+		return "", fmt.Errorf("git rev-parse: %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+func git(dir string, args ...string) error {
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func envValue(c corev1.Container, name string) string {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return ""
+}
+
+func envFrom(c corev1.Container, name string) *corev1.EnvVarSource {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e.ValueFrom
+		}
+	}
+	return nil
+}
+
+func freePortOnAll(hosts []string) (int, error) {
+	for attempt := 0; attempt < 20; attempt++ {
+		l, err := net.Listen("tcp", hosts[0]+":0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		ok := true
+		for _, h := range hosts[1:] {
+			l, err := net.Listen("tcp", net.JoinHostPort(h, strconv.Itoa(port)))
+			if err != nil {
+				ok = false
+				break
+			}
+			l.Close()
+		}
+		if ok {
+			return port, nil
+		}
+	}
+	return 0, errors.New("no port free on every site address")
+}
+
+func waitFor(ctx context.Context, timeout time.Duration, check func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after %s: %w", timeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func short(sha string) string {
+	if len(sha) > 7 {
+		return sha[:7]
+	}
+	return sha
+}
+
+func ptr[T any](v T) *T { return &v }
