@@ -47,6 +47,18 @@ const SitesPrefix = "sites-"
 // Username returns the ACL username of a namespace: its name without a leading "sites-".
 func Username(namespace string) string { return strings.TrimPrefix(namespace, SitesPrefix) }
 
+// NamespacesFor returns every namespace name whose username is user: user itself (unless it
+// starts with "sites-", since "sites-foo" maps to "foo") and "sites-"+user.
+func NamespacesFor(user string) []string {
+	var out []string
+	for _, name := range []string{user, SitesPrefix + user} {
+		if Username(name) == user {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
 // Sibling returns the other namespace name that maps to the same username ("foo" for
 // "sites-foo" and the reverse).
 func Sibling(namespace string) string {

@@ -22,6 +22,15 @@ func TestUsernameAndSibling(t *testing.T) {
 	}
 }
 
+func TestNamespacesFor(t *testing.T) {
+	if got := NamespacesFor("foo"); len(got) != 2 || got[0] != "foo" || got[1] != "sites-foo" {
+		t.Errorf("NamespacesFor(foo) = %v", got)
+	}
+	if got := NamespacesFor("sites-foo"); len(got) != 1 || got[0] != "sites-sites-foo" {
+		t.Errorf("NamespacesFor(sites-foo) = %v: namespace sites-foo maps to foo, not sites-foo", got)
+	}
+}
+
 func TestReserved(t *testing.T) {
 	for _, u := range []string{"", "default", "lock", "operator"} {
 		if !Reserved(u, "operator") {

@@ -99,7 +99,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // owner returns the namespace entitled to user among the opted-in namespaces mapping to it.
 func (r *Reconciler) owner(ctx context.Context, user string) (string, error) {
 	var candidates []corev1.Namespace
-	for _, name := range []string{user, SitesPrefix + user} {
+	for _, name := range NamespacesFor(user) {
 		var ns corev1.Namespace
 		if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, &ns); err != nil {
 			if apierrors.IsNotFound(err) {
