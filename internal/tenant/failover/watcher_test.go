@@ -6,6 +6,7 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -123,6 +124,30 @@ func TestSentinelFailoverProvisionsNewMasterCountedOnce(t *testing.T) {
 	ctx := context.Background()
 	us := users(50)
 	ns, failovers := startWatcher(t, set, us)
+	// Every Sentinel drops the watcher's subscription: it must come back by itself.
+	for _, addr := range set.SentinelAddrs() {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: addr})
+		kill := redis.NewIntCmd(ctx, "client", "kill", "type", "pubsub")
+		if err := sc.Process(ctx, kill); err != nil || kill.Val() < 1 {
+			t.Fatalf("drop subscriptions on %s: killed %d, %v", addr, kill.Val(), err)
+		}
+		_ = sc.Close()
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		for _, addr := range set.SentinelAddrs() {
+			sc := redis.NewSentinelClient(&redis.Options{Addr: addr})
+			cmd := redis.NewStringCmd(ctx, "client", "list", "type", "pubsub")
+			err := sc.Process(ctx, cmd)
+			_ = sc.Close()
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(cmd.Val(), "sub=4") {
+				return fmt.Errorf("sentinel %s has no subscriber yet: %q", addr, cmd.Val())
+			}
+		}
+		return nil
+	})
 	announced := switchAnnouncements(t, set)
 	// Only the master has the users: the watcher, not the earlier provisioning, must bring them to
 	// the replica that gets promoted.
