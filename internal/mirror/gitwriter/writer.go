@@ -263,7 +263,12 @@ func (w *Writer) Run(ctx context.Context) error {
 		w.mu.Unlock()
 		now := time.Now()
 		if len(pending) == 0 {
+			// The window runs from the event's arrival, not from when the writer got to it (it may
+			// have been busy pushing), so a change waits at most Window before its commit.
 			first = now
+			if r := op.Change.Received; !r.IsZero() && r.Before(now) {
+				first = r
+			}
 		}
 		last = now
 		pending = append(pending, op)
