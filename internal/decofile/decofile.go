@@ -3,18 +3,22 @@
 package decofile
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/decofile/controller"
 	"github.com/siteops/siteops/internal/decofile/encode"
 	"github.com/siteops/siteops/internal/decofile/inject"
 	"github.com/siteops/siteops/internal/decofile/notify"
 	"github.com/siteops/siteops/internal/decofile/rollout"
+	"github.com/siteops/siteops/internal/decofile/s3target"
 	"github.com/siteops/siteops/internal/decofile/source"
 )
 
@@ -29,6 +33,8 @@ type Options struct {
 	Rollout rollout.Options
 	// Delivery configures the controller that stores Decofiles in ConfigMaps.
 	Delivery DeliveryOptions
+	// S3 configures the s3 target (--s3-*); without a bucket the target is off.
+	S3 s3target.Config
 }
 
 // DeliveryOptions are the delivery controller's flags.
@@ -50,6 +56,7 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.DisableInjection, "decofile-disable-injection", o.DisableInjection, "do not serve the Decofile injection and delete-protection webhooks")
 	o.bindRolloutFlags(fs)
 	o.bindDeliveryFlags(fs)
+	o.S3.BindFlags(fs)
 }
 
 // bindDeliveryFlags registers the delivery controller's flags.
@@ -103,6 +110,9 @@ func (o *Options) Validate() error {
 	if d.CompressionThreshold < 0 || d.Limits.ArchiveBytes < 0 || d.Limits.DecompressedBytes < 0 || d.Limits.Files < 0 || d.Concurrency < 0 {
 		errs = append(errs, errors.New("--compression-threshold, --decofile-max-* and --decofile-concurrency must not be negative"))
 	}
+	if err := o.S3.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -120,12 +130,33 @@ func (d DeliveryOptions) controllerOptions() controller.Options {
 
 // Setup registers the part's controllers and webhooks with mgr.
 func Setup(mgr ctrl.Manager, o Options) error {
+	delivery := o.Delivery.controllerOptions()
+	if o.S3.Enabled() {
+		store, err := s3target.New(context.Background(), o.S3, nil)
+		if err != nil {
+			return fmt.Errorf("set up the Decofile s3 target: %w", err)
+		}
+		delivery.S3 = store
+		if o.Inject.S3 == (inject.S3Config{}) {
+			o.Inject.S3 = store.Webhook()
+		}
+		o.Rollout.Loaders = maps.Clone(o.Rollout.Loaders)
+		if o.Rollout.Loaders == nil {
+			o.Rollout.Loaders = map[decov1.TargetType]rollout.Loader{}
+		}
+		o.Rollout.Loaders[decov1.TargetS3] = s3target.Loader{Store: store}
+		if o.S3.DeleteOnFinalize {
+			if err := s3target.SetupFinalizers(mgr, store); err != nil {
+				return fmt.Errorf("set up Decofile S3 finalizer: %w", err)
+			}
+		}
+	}
 	if !o.DisableInjection {
 		if err := inject.Setup(mgr, o.Inject); err != nil {
 			return fmt.Errorf("set up Decofile injection webhook: %w", err)
 		}
 	}
-	if err := controller.Setup(mgr, o.Delivery.controllerOptions()); err != nil {
+	if err := controller.Setup(mgr, delivery); err != nil {
 		return fmt.Errorf("set up Decofile delivery controller: %w", err)
 	}
 	if err := rollout.Setup(mgr, o.Rollout); err != nil {

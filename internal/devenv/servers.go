@@ -3,6 +3,7 @@ package devenv
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/siteops/siteops/internal/manager"
@@ -48,6 +49,15 @@ func startServers(ctx context.Context, env *Env, dir string, mo *manager.Options
 	env.onStop(s.S3.Stop)
 	if err := s.S3.CreateBucket(ctx, S3Bucket, true); err != nil {
 		return nil, err
+	}
+	// The s3 target uploads with the server's root account (through the standard AWS
+	// environment variables, as in production) and pods load path-style from the server itself.
+	mo.Decofile.S3.Bucket, mo.Decofile.S3.Region = S3Bucket, s.S3.Region
+	mo.Decofile.S3.Endpoint, mo.Decofile.S3.PathStyle = s.S3.Endpoint, true
+	for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": s.S3.AccessKey, "AWS_SECRET_ACCESS_KEY": s.S3.SecretKey} {
+		if err := os.Setenv(k, v); err != nil {
+			return nil, fmt.Errorf("set %s for the s3 target: %w", k, err)
+		}
 	}
 
 	if s.Git, err = servers.StartGitRemote(ctx, servers.GitRemoteOptions{Root: filepath.Join(dir, "git")}); err != nil {

@@ -1,0 +1,83 @@
+package s3target
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
+)
+
+// Finalizer on an s3-target Decofile (with --s3-delete-on-finalize) holds its deletion until
+// its object is deleted.
+const Finalizer = "deco.sites/s3-object"
+
+// Finalizers adds Finalizer to s3-target Decofiles and deletes their object when they are
+// deleted. A Decofile flipped back to configmap keeps the finalizer: its object is still in the
+// bucket until the Decofile goes.
+type Finalizers struct {
+	client   client.Client
+	store    *Store
+	recorder events.EventRecorder
+}
+
+// +kubebuilder:rbac:groups=deco.sites,resources=decofiles,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=deco.sites,resources=decofiles/finalizers,verbs=update
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// SetupFinalizers registers the finalizer controller with mgr.
+func SetupFinalizers(mgr ctrl.Manager, store *Store) error {
+	f := &Finalizers{client: mgr.GetClient(), store: store, recorder: mgr.GetEventRecorder("siteops-decofile-s3")}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("decofile-s3-finalizer").
+		// Setting deletionTimestamp bumps the generation, as does a change of target.
+		For(&decov1.Decofile{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Complete(f)
+}
+
+// Reconcile adds or honours the finalizer.
+func (f *Finalizers) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var df decov1.Decofile
+	if err := f.client.Get(ctx, req.NamespacedName, &df); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	has := controllerutil.ContainsFinalizer(&df, Finalizer)
+	if df.DeletionTimestamp == nil {
+		if has || df.TargetOrDefault() != decov1.TargetS3 {
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, f.patch(ctx, &df, func(d *decov1.Decofile) { controllerutil.AddFinalizer(d, Finalizer) })
+	}
+	if !has {
+		return ctrl.Result{}, nil
+	}
+	if err := f.store.Delete(ctx, &df); err != nil {
+		f.recorder.Eventf(&df, nil, corev1.EventTypeWarning, "S3DeleteFailed", "Finalize", "%v (retried with backoff)", err)
+		return ctrl.Result{}, fmt.Errorf("delete the object of Decofile %s: %w", req, err)
+	}
+	logf.FromContext(ctx).Info("deleted the Decofile's S3 object", "object", f.store.Describe(&df))
+	return ctrl.Result{}, f.patch(ctx, &df, func(d *decov1.Decofile) { controllerutil.RemoveFinalizer(d, Finalizer) })
+}
+
+// patch changes the finalizers with an optimistic lock: a concurrent change retries the reconcile.
+func (f *Finalizers) patch(ctx context.Context, df *decov1.Decofile, change func(*decov1.Decofile)) error {
+	old := df.DeepCopy()
+	change(df)
+	err := f.client.Patch(ctx, df, client.MergeFromWithOptions(old, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("update finalizers of Decofile %s/%s: %w", df.Namespace, df.Name, err)
+	}
+	return nil
+}

@@ -1,0 +1,38 @@
+package s3target
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/internal/decofile/encode"
+	"github.com/siteops/siteops/internal/decofile/rollout"
+)
+
+// Loader gives the rollout controller the merged JSON of an s3-target Decofile, read back from
+// the bucket (with the operator's credentials, so a private bucket behind a CDN works too).
+type Loader struct {
+	Store *Store
+}
+
+var _ rollout.Loader = Loader{}
+
+// Load implements rollout.Loader. The delivery controller uploads before it records the new
+// hash in status, so an object newer than the status means the status is about to catch up.
+func (l Loader) Load(ctx context.Context, df *decov1.Decofile) (rollout.Content, error) {
+	obj, err := l.Store.Get(ctx, df, rollout.MaxContentBytes)
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return rollout.Content{}, fmt.Errorf("%w; the delivery controller uploads it again on its next change", err)
+		}
+		return rollout.Content{}, err
+	}
+	if h := encode.Hash(obj.JSON); h != df.Status.ContentHash {
+		if obj.Timestamp > df.Status.Timestamp {
+			return rollout.Content{}, fmt.Errorf("%s has timestamp %d, status has %d: %w", l.Store.Describe(df), obj.Timestamp, df.Status.Timestamp, rollout.ErrNotYetStored)
+		}
+		return rollout.Content{}, fmt.Errorf("%s holds content with hash %s but status.contentHash is %s", l.Store.Describe(df), h, df.Status.ContentHash)
+	}
+	return rollout.Content{JSON: obj.JSON, Timestamp: df.Status.Timestamp}, nil
+}
