@@ -74,6 +74,8 @@ type Options struct {
 	Encode encode.Options
 	// MaxConcurrentReconciles is how many Decofiles are processed at once; default 4.
 	MaxConcurrentReconciles int
+	// S3 stores s3-target Decofiles; nil means the s3 target is not configured.
+	S3 ObjectStore
 }
 
 // Reconciler delivers Decofiles into ConfigMaps.
@@ -257,6 +259,9 @@ func pollInterval(df *decov1.Decofile) time.Duration {
 // deliver retrieves, encodes and stores the content, updating next (the status to record).
 func (r *Reconciler) deliver(ctx context.Context, df *decov1.Decofile, next *decov1.DecofileStatus) outcome {
 	if df.TargetOrDefault() == decov1.TargetS3 {
+		if r.opts.S3 != nil {
+			return r.deliverS3(ctx, df, next)
+		}
 		return outcome{reason: ReasonS3NotConfigured, err: errors.New("spec.target is s3 but this operator has no S3 target configured; use target: configmap, or run an operator configured for S3")}
 	}
 	cm, err := r.configMap(ctx, df)
