@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/siteops/siteops/internal/manager"
 	"github.com/siteops/siteops/internal/scheme"
@@ -49,8 +50,19 @@ type Env struct {
 	// Servers are the local Valkey, Redis, S3 and git servers the parts use.
 	Servers *Servers
 
+	api     *servers.APIServer
 	stops   []func() error
 	mgrDone chan error
+}
+
+// AddUser provisions a user of the local API server and returns its REST config, so a change can
+// be made by a named person.
+func (e *Env) AddUser(u envtest.User) (*rest.Config, error) {
+	au, err := e.api.Env.AddUser(u, nil)
+	if err != nil {
+		return nil, err
+	}
+	return au.Config(), nil
 }
 
 // Up starts the environment, prints ReadyLine on Out, and blocks until ctx is done; then it
@@ -100,6 +112,7 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 		return nil, err
 	}
 	env.onStop(api.Stop)
+	env.api = api
 	env.Config = api.Config
 	if env.Client, err = client.New(api.Config, client.Options{Scheme: scheme.New()}); err != nil {
 		return nil, err
