@@ -195,7 +195,7 @@ var valueSets = map[string]string{
 	"mirror only":     "flags: {controllers: mirror}",
 	"no injection":    "flags: {decofile-disable-injection: true}",
 	"monitoring":      "metrics: {serviceMonitor: {enabled: true}, prometheusRule: {enabled: true}, dashboard: {enabled: true}}",
-	"secrets":         "secrets: {githubToken: {name: gh}, valkeyAdminPassword: {name: valkey}, valkeySentinelPassword: {name: sentinel}, redisPassword: {name: redis}}",
+	"secrets":         "secrets: {githubToken: {name: gh}, valkeyAdminPassword: {name: valkey}, valkeySentinelPassword: {name: sentinel}, redisPassword: {name: redis}, s3Credentials: {name: s3}}",
 	"no metrics":      `flags: {metrics-bind-address: "0"}`,
 	"lease elsewhere": "flags: {leader-election-namespace: leases}",
 }
@@ -370,7 +370,7 @@ func TestComputedFlags(t *testing.T) {
 func TestCredentialsOnlyFromSecrets(t *testing.T) {
 	m := render(t, "siteops", namespace, values(t, valueSets["secrets"]))
 	c := m.deployment(t).Spec.Template.Spec.Containers[0]
-	want := map[string]string{"GITHUB_TOKEN": "gh", "VALKEY_ADMIN_PASSWORD": "valkey", "VALKEY_SENTINEL_PASSWORD": "sentinel", "REDIS_PASSWORD": "redis"}
+	want := map[string]string{"GITHUB_TOKEN": "gh", "VALKEY_ADMIN_PASSWORD": "valkey", "VALKEY_SENTINEL_PASSWORD": "sentinel", "REDIS_PASSWORD": "redis", "AWS_ACCESS_KEY_ID": "s3", "AWS_SECRET_ACCESS_KEY": "s3"}
 	for _, e := range c.Env {
 		if secret, ok := want[e.Name]; ok {
 			if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != secret {

@@ -17,17 +17,36 @@ import (
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/manager"
+	"github.com/siteops/siteops/internal/servers"
 	"github.com/siteops/siteops/internal/testenv"
 )
 
 // TestManagerRunsWithChartRBAC runs the real manager with the flags the chart renders, as the
 // chart's ServiceAccount (impersonated), and checks that it does its job with only the
 // permissions the chart grants: it generates the self-signed webhook CA into its Secret, wins
-// the leader Lease and delivers a Decofile into a ConfigMap with a Ready status.
+// the leader Lease, delivers a Decofile into a ConfigMap with a Ready status and provisions a
+// tenant namespace's Valkey ACL user (against a real redis-server).
 func TestManagerRunsWithChartRBAC(t *testing.T) {
 	c := testenv.APIServer(t)
+	// One manager per test process (controller names are process-wide). Decofile and tenant
+	// without the mirror, whose read-everything role would hide a missing read permission.
+	redis := testenv.Redis(t, servers.RedisOptions{})
+	doc := fmt.Sprintf("flags: {controllers: [decofile, tenant], webhook-self-signed: true, valkey-url: 'redis://%s'}", redis.Addr)
+	runWithChartRBAC(t, c, doc, func(ctx context.Context) {
+		// The tenant part: an opted-in namespace gets its ACL user's Secret.
+		tenant := c.Namespace(t, "tenant", map[string]string{decov1.AnnotationValkeyACL: "true"})
+		testenv.Eventually(t, 30*time.Second, func() error {
+			var s corev1.Secret
+			return c.Client.Get(ctx, client.ObjectKey{Namespace: tenant, Name: decov1.ValkeyACLSecretName}, &s)
+		})
+	})
+}
+
+// runWithChartRBAC installs the chart with values doc, runs the manager as its ServiceAccount,
+// checks the Decofile part works and then runs more checks.
+func runWithChartRBAC(t *testing.T, c *testenv.Cluster, doc string, more func(context.Context)) {
 	ns := c.Namespace(t, "siteops", nil)
-	m := install(t, c, ns, values(t, "flags: {controllers: [decofile], webhook-self-signed: true}"))
+	m := install(t, c, ns, values(t, doc))
 	_, o := parseArgs(t, m.deployment(t))
 
 	// What the pod's environment would decide: its namespace, its ports, its writable folder.
@@ -94,6 +113,9 @@ func TestManagerRunsWithChartRBAC(t *testing.T) {
 		}
 		return nil
 	})
+	if more != nil {
+		more(ctx)
+	}
 }
 
 func freePort(t *testing.T) int {

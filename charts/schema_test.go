@@ -75,6 +75,14 @@ func valuesSchema() map[string]any {
 				"valkeyAdminPassword":    secretRefSchema("VALKEY_ADMIN_PASSWORD"),
 				"valkeySentinelPassword": secretRefSchema("VALKEY_SENTINEL_PASSWORD"),
 				"redisPassword":          secretRefSchema("REDIS_PASSWORD"),
+				"s3Credentials": map[string]any{
+					"type": "object", "description": "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY", "additionalProperties": false,
+					"properties": map[string]any{
+						"name":               map[string]any{"type": "string"},
+						"accessKeyIDKey":     map[string]any{"type": "string", "minLength": 1},
+						"secretAccessKeyKey": map[string]any{"type": "string", "minLength": 1},
+					},
+				},
 			}},
 			"flags": map[string]any{
 				"type": "object", "additionalProperties": false, "properties": flags,
