@@ -33,7 +33,7 @@ var buildManager = sync.OnceValues(func() (string, error) {
 	bin := filepath.Join(dir, "siteops-manager")
 	cmd := exec.Command("go", "build", "-o", bin, "github.com/siteops/siteops/cmd/siteops-manager")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build siteops-manager: %v: %s", err, out)
+		return "", fmt.Errorf("build siteops-manager: %w: %s", err, out)
 	}
 	return bin, nil
 })

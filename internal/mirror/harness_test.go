@@ -207,7 +207,7 @@ func (f *fixture) gitErr(args ...string) (string, error) {
 	cmd := exec.Command("git", append([]string{"--git-dir", f.bare}, args...)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("git %s: %v: %s", strings.Join(args, " "), err, out)
+		return "", fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, out)
 	}
 	return strings.TrimSpace(string(out)), nil
 }

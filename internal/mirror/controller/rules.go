@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -136,8 +137,8 @@ func (r *ProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	old := p.DeepCopy()
 	ready := metav1.Condition{Type: mirrorv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "CredentialsLoaded", Message: "credentials are usable", ObservedGeneration: p.Generation}
 	if _, _, err := loadCredentials(ctx, r.APIReader, &p); err != nil {
-		problem, ok := err.(*targetProblem)
-		if !ok {
+		var problem *targetProblem
+		if !errors.As(err, &problem) {
 			return ctrl.Result{}, err
 		}
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, problem.reason, problem.message

@@ -52,7 +52,7 @@ func Credentials(remote string, data map[string][]byte) (transport.AuthMethod, e
 		if err != nil {
 			return nil, fmt.Errorf("write known_hosts: %w", err)
 		}
-		defer os.Remove(f.Name())
+		defer func() { _ = os.Remove(f.Name()) }()
 		if _, err := f.Write(data[KeyKnownHosts]); err != nil {
 			f.Close()
 			return nil, fmt.Errorf("write known_hosts: %w", err)

@@ -77,7 +77,7 @@ func waitCommits(t *testing.T, bare string, n int) {
 		cmd := exec.Command("git", "--git-dir", bare, "rev-list", "--count", "main")
 		out, err := cmd.Output()
 		if err != nil {
-			return fmt.Errorf("rev-list: %v", err)
+			return fmt.Errorf("rev-list: %w", err)
 		}
 		if got := strings.TrimSpace(string(out)); got != fmt.Sprint(n) {
 			return fmt.Errorf("%s commits, want %d", got, n)

@@ -6,6 +6,7 @@ package watch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -82,6 +83,14 @@ type errGone struct{ err error }
 
 func (e errGone) Error() string { return e.err.Error() }
 
+func (e errGone) Unwrap() error { return e.err }
+
+// isGone reports whether err says the watch position no longer exists (410 Gone).
+func isGone(err error) bool {
+	var g errGone
+	return errors.As(err, &g) || apierrors.IsGone(err) || apierrors.IsResourceExpired(err)
+}
+
 // Run watches until ctx ends, reconnecting with backoff.
 func (s *Stream) Run(ctx context.Context) error {
 	log := logf.FromContext(ctx).WithValues("resource", s.gr.String(), "namespace", s.cfg.Namespace)
@@ -121,9 +130,9 @@ func (s *Stream) Run(ctx context.Context) error {
 			}
 		}
 		if ctx.Err() != nil {
-			return nil
+			return nil //nolint:nilerr // a stopped stream ends without error, whatever the watch said
 		}
-		if _, gone := err.(errGone); gone || apierrors.IsGone(err) || apierrors.IsResourceExpired(err) {
+		if isGone(err) {
 			log.Info("watch cursor expired; replaying", "resourceVersion", rv)
 			replay = "expired"
 			continue
