@@ -8,7 +8,7 @@ import (
 )
 
 var (
-	// Events counts watch events received, by type (added, modified, deleted, bookmark, skipped).
+	// Events counts watch events received, by type (added, modified, deleted, bookmark, skipped; lower case).
 	Events = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "siteops_mirror_events_total",
 		Help: "Watch events received by the mirror, by type.",

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -313,7 +314,7 @@ func (s *Stream) allowed(op mirrorv1alpha1.Operation) bool {
 // handle turns one object event into an op. During a replay, ops carry no cursor (initial
 // events are not in resourceVersion order; the sweep carries it) and kept paths are collected.
 func (s *Stream) handle(ctx context.Context, typ watch.EventType, obj *unstructured.Unstructured, keep map[string]struct{}, replaying bool) error {
-	metrics.Events.WithLabelValues(string(typ)).Inc()
+	metrics.Events.WithLabelValues(strings.ToLower(string(typ))).Inc()
 	now := time.Now()
 	cursor := gitwriter.Cursor{}
 	if !replaying {
