@@ -10,6 +10,7 @@ package s3target
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"os"
 	"strconv"
@@ -50,6 +51,9 @@ type Config struct {
 	PublicHost string
 	// DeleteOnFinalize adds a finalizer to s3-target Decofiles that deletes their object.
 	DeleteOnFinalize bool
+	// HTTPClient talks to S3 (nil: the SDK's default); not a flag. With AWS_CA_BUNDLE set the SDK
+	// needs its own buildable client, so leave it nil then.
+	HTTPClient *http.Client
 }
 
 // BindFlags registers the --s3-* flags; unset flags default to the S3_* environment variables.

@@ -57,8 +57,7 @@ type Store struct {
 
 // New builds a Store for c with credentials from the standard AWS chain (environment, shared
 // config and credentials files, web identity / IRSA, container and instance roles).
-// httpClient may be nil.
-func New(ctx context.Context, c Config, httpClient *http.Client) (*Store, error) {
+func New(ctx context.Context, c Config) (*Store, error) {
 	if !c.Enabled() {
 		return nil, errors.New("the s3 target is not configured: set --s3-bucket")
 	}
@@ -71,8 +70,8 @@ func New(ctx context.Context, c Config, httpClient *http.Client) (*Store, error)
 	if c.Region != "" {
 		opts = append(opts, config.WithRegion(c.Region))
 	}
-	if httpClient != nil {
-		opts = append(opts, config.WithHTTPClient(httpClient))
+	if c.HTTPClient != nil {
+		opts = append(opts, config.WithHTTPClient(c.HTTPClient))
 	}
 	cfg, err := config.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
@@ -191,6 +190,8 @@ func Reason(err error) (reason, hint string) {
 	var re *awshttp.ResponseError
 	if errors.As(err, &re) {
 		switch code := re.HTTPStatusCode(); {
+		case code == 0: // the request was never answered
+			return ReasonUnavailable, "; check --s3-endpoint and the network path to it"
 		case code == http.StatusForbidden || code == http.StatusUnauthorized:
 			return ReasonAccessDenied, "; grant the operator's credentials s3:PutObject, s3:GetObject and s3:DeleteObject on the bucket"
 		case code == http.StatusNotFound:
