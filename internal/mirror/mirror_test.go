@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,6 +18,7 @@ import (
 
 	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
 	"github.com/siteops/siteops/internal/mirror"
+	"github.com/siteops/siteops/internal/mirror/metrics"
 	"github.com/siteops/siteops/internal/servers"
 	"github.com/siteops/siteops/internal/testenv"
 )
@@ -134,6 +136,23 @@ func TestMirrorsChangesIntoGit(t *testing.T) {
 	}
 	f.waitNoFile(t, base+"/core/configmaps/finalized.yaml")
 	patch(t, c, fin, func() { fin.Finalizers = nil })
+
+	// The metrics saw it all.
+	for name, v := range map[string]float64{
+		"commits":         testutil.ToFloat64(metrics.Commits),
+		"pushes success":  testutil.ToFloat64(metrics.Pushes.WithLabelValues("success")),
+		"events added":    testutil.ToFloat64(metrics.Events.WithLabelValues("added")),
+		"events modified": testutil.ToFloat64(metrics.Events.WithLabelValues("modified")),
+		"events deleted":  testutil.ToFloat64(metrics.Events.WithLabelValues("deleted")),
+		"cursor writes":   testutil.ToFloat64(metrics.CursorWrites.WithLabelValues("success")),
+	} {
+		if v == 0 {
+			t.Errorf("metric %s is 0", name)
+		}
+	}
+	if n := testutil.CollectAndCount(metrics.PushLatency); n != 1 {
+		t.Errorf("latency histogram has %d series", n)
+	}
 
 	// Rule status names what it resolved to and what it left out.
 	var rule mirrorv1alpha1.WatchRule
