@@ -43,12 +43,11 @@ func BenchmarkSwitchMasterToAllNodes(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if r := ns.UpsertNode(ctx, acl.Node{Addr: master}, us); r.Err != nil {
-			b.Fatal(r.Err)
-		}
+		// A node may still be stalled by the previous reconfiguration (see above): retry.
+		retryFor(b, 30*time.Second, func() error { return ns.UpsertNode(ctx, acl.Node{Addr: master}, us).Err })
 		for _, n := range nodes {
 			if n != master {
-				dropUsers(ctx, b, n, us)
+				retryFor(b, 30*time.Second, func() error { return dropUsers(ctx, n, us) })
 			}
 		}
 		// A forced failover is refused while the previous one is still reconfiguring replicas.
@@ -93,7 +92,7 @@ func BenchmarkSwitchMasterToAllNodes(b *testing.B) {
 	b.ReportMetric(float64(worst.Milliseconds()), "max-ms/switch")
 }
 
-func dropUsers(ctx context.Context, b *testing.B, addr string, us []acl.User) {
+func dropUsers(ctx context.Context, addr string, us []acl.User) error {
 	c := redis.NewClient(&redis.Options{Addr: addr, Password: adminPassword, Protocol: 2})
 	defer c.Close()
 	pipe := c.Pipeline()
@@ -101,10 +100,25 @@ func dropUsers(ctx context.Context, b *testing.B, addr string, us []acl.User) {
 		pipe.Do(ctx, "acl", "deluser", u.Name)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		b.Fatalf("drop users on %s: %v", addr, err)
+		return fmt.Errorf("drop users on %s: %w", addr, err)
 	}
 	if err := missingOn(ctx, addr, us[:1]); err == nil {
-		b.Fatalf("users still on %s", addr)
+		return fmt.Errorf("users still on %s", addr)
+	}
+	return nil
+}
+
+func retryFor(b *testing.B, d time.Duration, f func() error) {
+	deadline := time.Now().Add(d)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
