@@ -20,5 +20,13 @@ type bytesSource []byte
 
 func newBodySource(body []byte) bodySource { return bytesSource(body) }
 
-func (b bytesSource) open() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
-func (bytesSource) close() error                   { return nil }
+func (b bytesSource) open() (io.ReadCloser, error) {
+	return &bodyReader{Reader: bytes.NewReader(b)}, nil
+}
+func (bytesSource) close() error { return nil }
+
+// bodyReader is one request's read position in the shared body; bodyConn recognises it.
+type bodyReader struct{ *bytes.Reader }
+
+// Close implements io.Closer; there is nothing to release.
+func (*bodyReader) Close() error { return nil }

@@ -98,14 +98,38 @@ func (c Config) withDefaults() Config {
 // NewClient is an HTTP client fit for notifying many pods once each: no proxy (pod IPs are
 // cluster-internal), and no idle connections kept after a rollout.
 func NewClient() *http.Client {
+	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	return &http.Client{Transport: &http.Transport{
-		Proxy:                 nil,
-		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		Proxy: nil,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dialer.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return bodyConn{c}, nil
+		},
 		DisableKeepAlives:     true,
 		DisableCompression:    true,
 		MaxIdleConns:          0,
 		ResponseHeaderTimeout: 0, // long-poll answers late on purpose; the per-attempt context bounds it
 	}}
+}
+
+// bodyConn lets net/http write a request body held in memory with one Write: the transport
+// hands the body over as an io.LimitedReader, which would otherwise go through a fresh 32 KiB
+// copy buffer per request, in 32 KiB writes.
+type bodyConn struct{ net.Conn }
+
+// ReadFrom writes an in-memory body directly and copies anything else.
+func (c bodyConn) ReadFrom(r io.Reader) (int64, error) {
+	if lr, ok := r.(*io.LimitedReader); ok {
+		if br, ok := lr.R.(*bodyReader); ok && int64(br.Len()) <= lr.N {
+			n, err := br.WriteTo(c.Conn)
+			lr.N -= n
+			return n, err
+		}
+	}
+	return io.Copy(struct{ io.Writer }{c.Conn}, r)
 }
 
 // Pod is one pod to notify.

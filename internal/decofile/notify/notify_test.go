@@ -262,3 +262,24 @@ func TestParseProtocol(t *testing.T) {
 		t.Fatal("grpc accepted")
 	}
 }
+
+// TestLargeBody sends a body far larger than any buffer, through the direct-write path, and
+// checks every pod stored it byte for byte.
+func TestLargeBody(t *testing.T) {
+	content := benchPayload(3 << 20)
+	var pods []notify.Pod
+	var rts []*siteruntime.Runtime
+	for i := range 3 {
+		p, rt := runtimePod(t, fmt.Sprint("big-", i), siteruntime.Options{Token: token})
+		pods, rts = append(pods, p), append(rts, rt)
+	}
+	res := notify.New(notify.Config{}).Run(context.Background(), notify.Rollout{Timestamp: 9, Token: token, Body: notify.PushBody(9, content), Pods: pods})
+	if !res.Succeeded() {
+		t.Fatalf("result %+v", res.Pods)
+	}
+	for _, rt := range rts {
+		if rt.Current().Hash != sha(content) {
+			t.Fatal("a pod stored different bytes")
+		}
+	}
+}
