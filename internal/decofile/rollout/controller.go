@@ -250,10 +250,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	rolloutsTotal.WithLabelValues("succeeded").Inc()
 	finished := metav1.Now()
 	if err := r.patchStatus(ctx, req.NamespacedName, func(d *decov1alpha1.Decofile) bool {
-		changed := setCondition(d, metav1.ConditionTrue, decov1alpha1.ReasonNotificationSucceeded, "Successfully notified all pods for "+id)
+		setCondition(d, metav1.ConditionTrue, decov1alpha1.ReasonNotificationSucceeded, "Successfully notified all pods for "+id)
 		d.Status.NotifiedHash = hash
-		d.Status.Rollout = summary(id, res.Progress, &startedAt, &finished)
-		_ = changed
+		d.Status.Rollout = summary(id, res.Progress, &startedAt, &finished) // finishedAt always changes
 		return true
 	}); err != nil {
 		return ctrl.Result{}, err
