@@ -21,6 +21,11 @@ var _ rollout.Loader = Loader{}
 // Load implements rollout.Loader. The delivery controller uploads before it records the new
 // hash in status, so an object newer than the status means the status is about to catch up.
 func (l Loader) Load(ctx context.Context, df *decov1.Decofile) (rollout.Content, error) {
+	if df.Status.S3URL == "" {
+		// The target was just flipped to s3: the status still describes the ConfigMap content
+		// until the delivery controller has uploaded it.
+		return rollout.Content{}, fmt.Errorf("status does not name an uploaded object yet: %w", rollout.ErrNotYetStored)
+	}
 	obj, err := l.Store.Get(ctx, df, rollout.MaxContentBytes)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
