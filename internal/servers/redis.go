@@ -56,9 +56,12 @@ func StartRedis(ctx context.Context, o RedisOptions) (*Process, error) {
 		"loglevel notice",
 		"repl-diskless-sync yes",
 		"repl-diskless-sync-delay 0",
+		// With an ACL file, CONFIG REWRITE (which Sentinel runs on every reconfiguration) does not
+		// write every ACL user into redis.conf, which stalls a server holding thousands of users.
+		"aclfile " + filepath.Join(o.Dir, "users.acl"),
 	}
 	if o.Password != "" {
-		lines = append(lines, "requirepass "+o.Password, "masterauth "+o.Password)
+		lines = append(lines, "masterauth "+o.Password)
 	}
 	if o.ReplicaOf != "" {
 		host, port, err := net.SplitHostPort(o.ReplicaOf)
@@ -69,6 +72,14 @@ func StartRedis(ctx context.Context, o RedisOptions) (*Process, error) {
 	}
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create redis folder: %w", err)
+	}
+	// The ACL file, not requirepass, defines the default user once an aclfile is configured.
+	defaultUser := "user default on nopass ~* &* +@all\n"
+	if o.Password != "" {
+		defaultUser = "user default on >" + o.Password + " ~* &* +@all\n"
+	}
+	if err := os.WriteFile(filepath.Join(o.Dir, "users.acl"), []byte(defaultUser), 0o600); err != nil {
+		return nil, fmt.Errorf("write ACL file: %w", err)
 	}
 	conf := filepath.Join(o.Dir, "redis.conf")
 	if err := os.WriteFile(conf, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
