@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/siteops/siteops/internal/mirror/attribution"
 	"github.com/siteops/siteops/internal/mirror/controller"
 	"github.com/siteops/siteops/internal/mirror/engine"
 	"github.com/siteops/siteops/internal/mirror/store"
@@ -34,6 +35,8 @@ type Options struct {
 	// RedisKeyPrefix is the root of every key; see store.ValidateKeyPrefix. Empty in code means
 	// store.DefaultKeyPrefix; an explicitly empty --redis-key-prefix is rejected.
 	RedisKeyPrefix string
+	// Attribution configures commit authors from audit events (--author-attribution, …).
+	Attribution attribution.Options
 
 	flags *pflag.FlagSet
 }
@@ -50,6 +53,7 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.RedisDB, "redis-db", o.RedisDB, "mirror: Redis logical database")
 	fs.BoolVar(&o.RedisTLS, "redis-tls", o.RedisTLS, "mirror: connect to Redis over TLS")
 	fs.StringVar(&o.RedisKeyPrefix, "redis-key-prefix", o.RedisKeyPrefix, "mirror: root of every Redis key, so installations can share a server")
+	o.Attribution.BindFlags(fs)
 }
 
 // Validate reports flag values that cannot work.
@@ -64,6 +68,12 @@ func (o *Options) Validate() error {
 	}
 	if _, err := store.ValidateKeyPrefix(prefix); err != nil {
 		errs = append(errs, fmt.Errorf("--redis-key-prefix: %w", err))
+	}
+	if err := o.Attribution.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.Attribution.Enabled && o.RedisAddr == "" {
+		errs = append(errs, errors.New("--author-attribution needs --redis-addr: the audit facts are kept in Redis"))
 	}
 	return errors.Join(errs...)
 }
@@ -93,6 +103,7 @@ func SetupWithEngine(mgr ctrl.Manager, o Options) (*engine.Engine, error) {
 	// Without Redis the mirror still runs, but every restart replays and sweeps; GitTargets say
 	// so in their CursorsDurable condition. Production deployments set --redis-addr.
 	var cursors engine.CursorStore
+	var redisStore *store.RedisStore
 	log := ctrl.Log.WithName("mirror")
 	if o.RedisAddr == "" {
 		log.Info("WARNING: --redis-addr is not set: watch resume cursors are not kept and every restart replays")
@@ -106,6 +117,7 @@ func SetupWithEngine(mgr ctrl.Manager, o Options) (*engine.Engine, error) {
 			return nil, fmt.Errorf("add the Redis readiness check: %w", err)
 		}
 		cursors = st
+		redisStore = st
 	}
 	dyn, err := dynamic.NewForConfig(mgr.GetConfig())
 	if err != nil {
@@ -118,6 +130,14 @@ func SetupWithEngine(mgr ctrl.Manager, o Options) (*engine.Engine, error) {
 	eng := engine.New(dyn, cursors)
 	if err := mgr.Add(eng); err != nil {
 		return nil, err
+	}
+	// Author attribution: live watch events wait (each on its own) for their audit facts.
+	resolver, err := attribution.Setup(mgr, redisStore, o.Attribution)
+	if err != nil {
+		return nil, err
+	}
+	if resolver.Enabled() {
+		eng.StreamHook = resolver.ConfigureStream
 	}
 	disc := &controller.Discovery{Client: dc}
 	recorder := mgr.GetEventRecorder("siteops-mirror")
