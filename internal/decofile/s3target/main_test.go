@@ -158,7 +158,7 @@ func startWebhookServer(c *testenv.Cluster, cfg s3target.Config) error {
 
 // setCredentials puts the S3 keys where the standard AWS chain finds them (and keeps the
 // machine's own AWS files out of it).
-func setCredentials(t *testing.T, access, secret string) {
+func setCredentials(t testing.TB, access, secret string) {
 	t.Setenv("AWS_ACCESS_KEY_ID", access)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", secret)
 	t.Setenv("AWS_SESSION_TOKEN", "")

@@ -145,7 +145,12 @@ func (s *Store) Get(ctx context.Context, df *decov1.Decofile, limit int64) (*Obj
 		return nil, s.classify("download", df, err)
 	}
 	defer out.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(out.Body, limit+1))
+	var buf bytes.Buffer
+	if n := aws.ToInt64(out.ContentLength); n > 0 && n <= limit {
+		buf.Grow(int(n) + bytes.MinRead) // one allocation for the whole body
+	}
+	_, err = buf.ReadFrom(io.LimitReader(out.Body, limit+1))
+	data := buf.Bytes()
 	if err != nil {
 		return nil, &source.Error{Reason: ReasonUnavailable, Transient: true, Err: fmt.Errorf("read %s: %w", s.Describe(df), err)}
 	}
