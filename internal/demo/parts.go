@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -68,7 +67,7 @@ func waves(examples string, run Runner) func(context.Context, *devenv.Env, io.Wr
 		}
 		repo := filepath.Join(env.StateDir, "homelab")
 		_ = os.RemoveAll(repo)
-		if err := copyTree(examples, repo); err != nil {
+		if err := os.CopyFS(repo, os.DirFS(examples)); err != nil {
 			return "", err
 		}
 		if err := git(repo, "init", "--quiet", "--initial-branch=main"); err != nil {
@@ -96,24 +95,6 @@ func waves(examples string, run Runner) func(context.Context, *devenv.Env, io.Wr
 		}
 		return fmt.Sprintf("%d waves emitted and lint-clean in %s", len(waves), repo), nil
 	}
-}
-
-func copyTree(from, to string) error {
-	return filepath.WalkDir(from, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(from, p)
-		dst := filepath.Join(to, rel)
-		if d.IsDir() {
-			return os.MkdirAll(dst, 0o755)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(dst, b, 0o644)
-	})
 }
 
 func firstWord(s string) string {
