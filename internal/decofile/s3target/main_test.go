@@ -318,13 +318,7 @@ func hasEvent(t *testing.T, c *testenv.Cluster, df *decov1.Decofile, typ, reason
 	})
 }
 
-// site is a Deployment that asks for injection, and site runtimes started from its stored
-// (injected) pod template, each behind a Pod object on its own loopback address.
-type site struct {
-	dep  *appsv1.Deployment
-	pods []*siteruntime.Runtime
-}
-
+// deployment is a site's Deployment asking for injection of Decofile decofileName.
 func deployment(ns, name, decofileName string) *appsv1.Deployment {
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{decov1.AnnotationInject: decofileName}},
