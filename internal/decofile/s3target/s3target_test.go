@@ -458,3 +458,42 @@ func TestDeleteOnFinalize(t *testing.T) {
 		t.Fatalf("object %s still exists after the Decofile was deleted", key)
 	}
 }
+
+// TestForcedReupload: an object deleted behind the operator's back comes back after the
+// documented refresh (status.s3URL cleared, annotation poked), without a new timestamp.
+func TestForcedReupload(t *testing.T) {
+	sh := setup(t)
+	c := sh.c
+	ctx := context.Background()
+	ns := c.Namespace(t, "s3-refresh", nil)
+	m := startManager(t, c, ns, sh.cfg)
+	df := inlineDecofile(ns, "lost", decov1.TargetS3, map[string]string{"site": `{"v":1}`})
+	if err := c.Client.Create(ctx, df); err != nil {
+		t.Fatal(err)
+	}
+	first := waitReady(t, c, df, metav1.ConditionTrue, decov1.ReasonS3Uploaded, nil)
+	key := df.S3ObjectKey(prefix)
+	if _, err := sh.s3.Client(nil).DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)}); err != nil {
+		t.Fatal(err)
+	}
+	cur := get(t, c, df)
+	patch := client.MergeFrom(cur.DeepCopy())
+	cur.Status.S3URL = ""
+	if err := c.Client.Status().Patch(ctx, cur, patch); err != nil {
+		t.Fatal(err)
+	}
+	update(t, c, df, func(d *decov1.Decofile) { d.Annotations = map[string]string{"siteops.dev/refresh": "1"} })
+	testenv.Eventually(t, waitFor, func() error {
+		_, _, err := object(t, sh.s3, key)
+		return err
+	})
+	got := waitReady(t, c, df, metav1.ConditionTrue, decov1.ReasonS3Uploaded, func(d *decov1.Decofile) error {
+		if d.Status.S3URL == "" {
+			return errNotYet
+		}
+		return nil
+	})
+	if got.Status.Timestamp != first.Status.Timestamp || got.Status.ContentHash != first.Status.ContentHash || m.puts.puts.Load() != 2 {
+		t.Fatalf("re-upload changed the version: %+v (was %+v), %d uploads", got.Status, first.Status, m.puts.puts.Load())
+	}
+}
