@@ -366,11 +366,16 @@ func TestS3OutageAndRecovery(t *testing.T) {
 		t.Fatalf("status changed by a failed upload: %+v, was %+v", down.Status, first.Status)
 	}
 	hasEvent(t, c, df, corev1.EventTypeWarning, s3target.ReasonUnavailable, df.S3ObjectKey(""))
+	// The old object is still on the server's disk (versitygw's posix backend keeps objects
+	// as files: <dir>/data/<bucket>/<key>).
+	onDisk, err := os.ReadFile(filepath.Join(srv.Dir, "data", bucket, filepath.FromSlash(df.S3ObjectKey(""))))
+	if err != nil || !bytes.Equal(onDisk, merged(t, map[string]string{"site": `{"v":1}`})) {
+		t.Fatalf("old object during the outage: %q %v", onDisk, err)
+	}
 
 	if err := srv.Restart(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	// The old object survived the outage (until the retry replaces it).
 	want := merged(t, map[string]string{"site": `{"v":2}`})
 	waitReady(t, c, df, metav1.ConditionTrue, decov1.ReasonS3Uploaded, func(d *decov1.Decofile) error {
 		if d.Status.ContentHash != encode.Hash(want) {
