@@ -262,7 +262,7 @@ func (r *Reconciler) deliver(ctx context.Context, df *decov1.Decofile, next *dec
 		if r.opts.S3 != nil {
 			return r.deliverS3(ctx, df, next)
 		}
-		return outcome{reason: ReasonS3NotConfigured, err: errors.New("spec.target is s3 but this operator has no S3 target configured; use target: configmap, or run an operator configured for S3")}
+		return outcome{reason: ReasonS3NotConfigured, err: errors.New("spec.target is s3 but this operator has no S3 target configured (--s3-bucket is not set); use target: configmap, or configure the operator's --s3-* flags")}
 	}
 	cm, err := r.configMap(ctx, df)
 	if err != nil {
