@@ -162,6 +162,14 @@ type Writer struct {
 	built []plumbing.Hash
 	// pushedObjects counts objects pushed since the repository was opened.
 	pushedObjects int
+	// commits and commandCommit are the commits of the current build, and the last one that
+	// carries a command's message.
+	commits       []plumbing.Hash
+	commandCommit plumbing.Hash
+
+	// commands carries CloseWindow requests to Run; stopped is closed when Run returns.
+	commands chan commandRequest
+	stopped  chan struct{}
 
 	mu     sync.Mutex
 	status Status
@@ -183,7 +191,7 @@ func New(cfg Config) *Writer {
 	if cfg.ReopenAfter <= 0 {
 		cfg.ReopenAfter = 100000
 	}
-	return &Writer{cfg: cfg, in: make(chan Op, 4096), name: cfg.URL + "#" + cfg.Branch}
+	return &Writer{cfg: cfg, in: make(chan Op, 4096), name: cfg.URL + "#" + cfg.Branch, commands: make(chan commandRequest), stopped: make(chan struct{})}
 }
 
 // OnStatusChange registers fn to be called (without locks held) after each push or failure.
@@ -230,6 +238,7 @@ func (w *Writer) setStatus(fn func(*Status)) {
 
 // Run clones the remote and processes ops until ctx ends; pending ops get a last push attempt.
 func (w *Writer) Run(ctx context.Context) error {
+	defer close(w.stopped)
 	log := logf.FromContext(ctx).WithValues("remote", w.cfg.URL, "branch", w.cfg.Branch)
 	backoff := w.cfg.RetryInterval
 	for {
@@ -273,17 +282,15 @@ func (w *Writer) Run(ctx context.Context) error {
 		last = now
 		pending = append(pending, op)
 	}
-	flush := func(fctx context.Context) {
-		if len(pending) == 0 {
-			return
-		}
-		if err := w.flush(fctx, pending); err != nil {
+	flushWith := func(fctx context.Context, cmd *Command) (CommandResult, error) {
+		res, err := w.flush(fctx, pending, cmd)
+		if err != nil {
 			log.Error(err, "push failed; changes stay pending", "pending", len(pending), "retryIn", retryDelay)
 			w.setStatus(func(s *Status) { s.LastError = err })
 			retrying = true
 			timer.Reset(retryDelay)
 			retryDelay = min(2*retryDelay, time.Minute)
-			return
+			return res, err
 		}
 		pending = pending[:0]
 		retrying = false
@@ -291,6 +298,13 @@ func (w *Writer) Run(ctx context.Context) error {
 		w.mu.Lock()
 		w.status.Pending = 0
 		w.mu.Unlock()
+		return res, nil
+	}
+	flush := func(fctx context.Context) {
+		if len(pending) == 0 {
+			return
+		}
+		_, _ = flushWith(fctx, nil)
 	}
 	for {
 		metrics.PendingWrites.WithLabelValues(w.name).Set(float64(w.Status().Pending))
@@ -343,6 +357,20 @@ func (w *Writer) Run(ctx context.Context) error {
 			timer.Reset(time.Until(deadline))
 		case <-timer.C:
 			flush(ctx)
+		case req := <-w.commands:
+			// Everything handed over before the request belongs to the window it closes.
+		drainAll:
+			for {
+				select {
+				case op := <-w.in:
+					take(op)
+				default:
+					break drainAll
+				}
+			}
+			timer.Stop()
+			res, err := flushWith(ctx, &req.cmd)
+			req.done <- commandOutcome{res, err}
 		}
 	}
 }
@@ -410,19 +438,29 @@ func isMissingRef(err error) bool {
 	return errors.As(err, &nm) || strings.Contains(err.Error(), "couldn't find remote ref")
 }
 
-// flush commits ops on the current tip and pushes, rebuilding on a moved remote.
-func (w *Writer) flush(ctx context.Context, ops []Op) error {
+// flush commits ops on the current tip and pushes, rebuilding on a moved remote. cmd, when set,
+// commits its target's changes with its message and author (see CloseWindow).
+func (w *Writer) flush(ctx context.Context, ops []Op, cmd *Command) (CommandResult, error) {
 	log := logf.FromContext(ctx)
 	var lastErr error
+	res := CommandResult{Author: w.cfg.Committer}
+	// Cursors follow the order the ops were received in, even when a command reorders commits.
+	received := ops
+	if cmd != nil {
+		ops = cmd.order(ops, w.cfg.Committer)
+		if cmd.Author != nil {
+			res.Author = *cmd.Author
+		}
+	}
 	for attempt := 0; attempt < w.cfg.PushAttempts; attempt++ {
 		base := w.tip
-		newTip, applied, objects, err := w.build(base, ops)
+		newTip, applied, objects, err := w.build(base, ops, cmd)
 		if err != nil {
-			return err
+			return res, err
 		}
 		if newTip == base {
-			w.recordCursors(ctx, ops)
-			return nil
+			w.recordCursors(ctx, received)
+			return res, nil
 		}
 		err = w.push(ctx, base, newTip, objects)
 		if err == nil {
@@ -441,30 +479,36 @@ func (w *Writer) flush(ctx context.Context, ops []Op) error {
 					pushed = append(pushed, Pushed{Path: a.path, Cursor: op.Cursor, Received: op.Change.Received, PushedAt: now, Commit: newTip})
 				}
 			}
-			w.recordCursors(ctx, ops)
+			w.recordCursors(ctx, received)
 			if w.cfg.OnPushed != nil {
 				w.cfg.OnPushed(pushed)
 			}
 			w.pushedObjects += len(objects)
+			for _, h := range w.commits {
+				res.Commits = append(res.Commits, h.String())
+			}
+			if !w.commandCommit.IsZero() {
+				res.Commit = w.commandCommit.String()
+			}
 			if w.pushedObjects >= w.cfg.ReopenAfter {
 				w.reopen(ctx)
 			}
-			return nil
+			return res, nil
 		}
 		lastErr = err
 		moved, ferr := w.fetch(ctx)
 		if ferr != nil {
 			metrics.Pushes.WithLabelValues("error").Inc()
-			return fmt.Errorf("%w; then %w", err, ferr)
+			return res, fmt.Errorf("%w; then %w", err, ferr)
 		}
 		if !moved {
 			metrics.Pushes.WithLabelValues("error").Inc()
-			return err
+			return res, err
 		}
 		metrics.Pushes.WithLabelValues("rejected").Inc()
 		log.Info("remote moved; rebuilding pending writes on the new tip", "attempt", attempt+1, "tip", w.tip.String())
 	}
-	return fmt.Errorf("the remote kept moving during %d push attempts: %w", w.cfg.PushAttempts, lastErr)
+	return res, fmt.Errorf("the remote kept moving during %d push attempts: %w", w.cfg.PushAttempts, lastErr)
 }
 
 // errRemoteMoved says the remote branch is not where the writer built on.
@@ -645,7 +689,7 @@ func (g *groupChanges) result() ([]appliedChange, error) {
 
 // build writes the commits for ops on top of base and returns the new tip (base when nothing
 // changed) and the changes that made it into a commit.
-func (w *Writer) build(base plumbing.Hash, ops []Op) (plumbing.Hash, []appliedChange, []plumbing.Hash, error) {
+func (w *Writer) build(base plumbing.Hash, ops []Op, cmd *Command) (plumbing.Hash, []appliedChange, []plumbing.Hash, error) {
 	s := w.repo.Storer
 	var rootTree plumbing.Hash
 	if !base.IsZero() {
@@ -657,10 +701,11 @@ func (w *Writer) build(base plumbing.Hash, ops []Op) (plumbing.Hash, []appliedCh
 	}
 	ix := newTreeIndex(s, rootTree)
 	w.built = w.built[:0]
+	w.commits, w.commandCommit = w.commits[:0], plumbing.ZeroHash
 	parent := base
 	parentTree := rootTree
 	var all []appliedChange
-	for _, group := range w.groups(ops) {
+	for _, group := range w.groups(ops, cmd) {
 		g := &groupChanges{ix: ix, touched: map[string]*touchedPath{}}
 		for i := range group {
 			if err := w.apply(g, &group[i]); err != nil {
@@ -682,11 +727,16 @@ func (w *Writer) build(base plumbing.Hash, ops []Op) (plumbing.Hash, []appliedCh
 			continue
 		}
 		author := authorOf(*applied[0].ops[0], w.cfg.Committer)
+		msg := message(applied)
+		claimed := cmd.claims(*applied[0].ops[0], w.cfg.Committer)
+		if claimed {
+			author, msg = cmd.author(w.cfg.Committer), cmd.message()
+		}
 		now := time.Now()
 		commit := &object.Commit{
 			Author:    object.Signature{Name: author.Name, Email: author.Email, When: now},
 			Committer: object.Signature{Name: w.cfg.Committer.Name, Email: w.cfg.Committer.Email, When: now},
-			Message:   message(applied),
+			Message:   msg,
 			TreeHash:  tree,
 		}
 		if !parent.IsZero() {
@@ -702,6 +752,10 @@ func (w *Writer) build(base plumbing.Hash, ops []Op) (plumbing.Hash, []appliedCh
 		}
 		metrics.Commits.Inc()
 		w.built = append(w.built, h)
+		w.commits = append(w.commits, h)
+		if claimed {
+			w.commandCommit = h
+		}
 		parent, parentTree = h, tree
 		all = append(all, applied...)
 	}
@@ -711,11 +765,11 @@ func (w *Writer) build(base plumbing.Hash, ops []Op) (plumbing.Hash, []appliedCh
 
 // groups splits ops into the commits they make: one per change when the window is 0, else one
 // per run of consecutive changes by the same author (so per-event authors keep their order).
-func (w *Writer) groups(ops []Op) [][]Op {
+func (w *Writer) groups(ops []Op, cmd *Command) [][]Op {
 	var out [][]Op
 	start := 0
 	for i := 1; i <= len(ops); i++ {
-		if i < len(ops) && !w.splitBefore(ops[i-1], ops[i]) {
+		if i < len(ops) && !w.splitBefore(ops[i-1], ops[i], cmd) {
 			continue
 		}
 		out = append(out, ops[start:i])
@@ -724,9 +778,13 @@ func (w *Writer) groups(ops []Op) [][]Op {
 	return out
 }
 
-func (w *Writer) splitBefore(prev, next Op) bool {
+func (w *Writer) splitBefore(prev, next Op, cmd *Command) bool {
 	if next.Kind == OpMark {
 		return false
+	}
+	if cp, cn := cmd.claims(prev, w.cfg.Committer), cmd.claims(next, w.cfg.Committer); cp || cn {
+		// A command's changes make one commit, whatever the window; they never share it.
+		return cp != cn
 	}
 	if w.cfg.Window == 0 {
 		return true

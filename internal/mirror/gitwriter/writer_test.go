@@ -2,6 +2,7 @@ package gitwriter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -254,4 +255,111 @@ func TestWriterReopensToReleaseMemory(t *testing.T) {
 		t.Fatalf("files after reopening between pushes:\n%s", files)
 	}
 	gitOut(t, "", "--git-dir", bare, "fsck", "--strict")
+}
+
+func TestCloseWindowCommitsTheTargetWithMessageAndAuthor(t *testing.T) {
+	remote := testenv.GitRemote(t, servers.GitRemoteOptions{})
+	url, _ := remote.CreateRepo("close", "main")
+	bare := remote.RepoDir("close")
+	rec := &recorder{}
+	// A window far longer than the test: only CloseWindow can commit.
+	w, _ := startWriter(t, Config{URL: url, Branch: "main", Committer: Signature{"Mirror", "mirror@example.com"}, Window: time.Hour, Cursors: rec})
+	ctx := context.Background()
+	alice := &Signature{"Alice", "alice@example.com"}
+	bob := upsert("site/ns/core/configmaps/b.yaml", "b\n", "2")
+	bob.Change.Author = &Signature{"Bob", "bob@example.com"}
+	other := upsert("other/ns/core/configmaps/x.yaml", "x\n", "7")
+	other.Cursor.TargetUID = "o"
+	own := upsert("site/ns/core/configmaps/c.yaml", "c\n", "3")
+	own.Change.Author = alice
+	for _, op := range []Op{upsert("site/ns/core/configmaps/a.yaml", "a\n", "1"), bob, other, own} {
+		if err := w.Enqueue(ctx, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := rec.get("t/configmaps/ns"); got != "" {
+		t.Fatalf("cursor recorded before any push: %q", got)
+	}
+	res, err := w.CloseWindow(ctx, Command{Path: "/site/", Message: "Release 1: landing page", Author: alice})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tip := gitOut(t, "", "--git-dir", bare, "rev-parse", "main")
+	if res.Commit != tip || res.Author != *alice || len(res.Commits) != 3 || res.Commits[2] != tip {
+		t.Fatalf("result = %+v, tip %s", res, tip)
+	}
+	// Bob's change keeps its author and the other target its usual commit; the command's
+	// commit (Alice's own change and the unattributed one) is the tip, with the message as given.
+	log := gitOut(t, "", "--git-dir", bare, "log", "--reverse", "--format=%an|%cn|%s", "-3", "main")
+	if log != "Bob|Mirror|[CREATE] v1/configmaps/ns/b\nMirror|Mirror|[CREATE] v1/configmaps/ns/x\nAlice|Mirror|Release 1: landing page" {
+		t.Fatalf("log:\n%s", log)
+	}
+	if files := gitOut(t, "", "--git-dir", bare, "show", "--format=", "--name-only", "main"); files != "site/ns/core/configmaps/a.yaml\nsite/ns/core/configmaps/c.yaml" {
+		t.Fatalf("command commit files: %q", files)
+	}
+	if rec.get("t/configmaps/ns") != "3" || rec.get("o/configmaps/ns") != "7" {
+		t.Fatalf("cursors after the push: %v", rec.rv)
+	}
+
+	// Nothing pending: no empty commit, an empty Commit.
+	res, err = w.CloseWindow(ctx, Command{Path: "site", Message: "again", Author: alice})
+	if err != nil || res.Commit != "" || len(res.Commits) != 0 {
+		t.Fatalf("empty close = %+v, %v", res, err)
+	}
+	// An unchanged file is nothing to commit either; without an author the committer authors.
+	_ = w.Enqueue(ctx, upsert("site/ns/core/configmaps/a.yaml", "a\n", "8"))
+	_ = w.Enqueue(ctx, upsert("site/ns/core/configmaps/d.yaml", "d\n", "9"))
+	res, err = w.CloseWindow(ctx, Command{Path: "site", Message: "by the committer"})
+	if err != nil || res.Author.Name != "Mirror" {
+		t.Fatalf("close = %+v, %v", res, err)
+	}
+	if got := gitOut(t, "", "--git-dir", bare, "log", "-1", "--format=%H|%an|%B", "main"); got != res.Commit+"|Mirror|by the committer" {
+		t.Fatalf("last commit = %q", got)
+	}
+	if rec.get("t/configmaps/ns") != "9" {
+		t.Fatalf("cursor = %q", rec.get("t/configmaps/ns"))
+	}
+}
+
+func TestCloseWindowAfterStop(t *testing.T) {
+	remote := testenv.GitRemote(t, servers.GitRemoteOptions{})
+	url, _ := remote.CreateRepo("stopped", "main")
+	w, cancel := startWriter(t, Config{URL: url, Branch: "main", Committer: Signature{"Mirror", "mirror@example.com"}, Window: time.Hour})
+	cancel()
+	ctx, done := context.WithTimeout(context.Background(), 10*time.Second)
+	defer done()
+	if _, err := w.CloseWindow(ctx, Command{Message: "m"}); !errors.Is(err, ErrWriterStopped) {
+		t.Fatalf("err = %v, want ErrWriterStopped", err)
+	}
+}
+
+func TestCommandOrderKeepsSamePathOrder(t *testing.T) {
+	committer := Signature{"Mirror", "mirror@example.com"}
+	cmd := &Command{Path: "site", Author: &Signature{"Alice", "a@example.com"}}
+	bob := upsert("site/a.yaml", "b\n", "2")
+	bob.Change.Author = &Signature{"Bob", "b@example.com"}
+	mine := upsert("site/a.yaml", "a\n", "1")
+	// Bob wrote after the command's change of the same file: moving his commit first would
+	// leave the older content at the tip, so the order stays.
+	if got := cmd.order([]Op{mine, bob}, committer); got[0].Cursor.RV != "1" {
+		t.Fatalf("order changed on a shared path: %v", got)
+	}
+	// A sweep of the target's folder after the command's change conflicts too.
+	sweep := Op{Kind: OpSweep, SweepDir: "site", Change: Change{Author: bob.Change.Author}}
+	if got := cmd.order([]Op{mine, sweep}, committer); got[0].Kind != OpUpsert {
+		t.Fatalf("order changed before a sweep: %v", got)
+	}
+	// Different files: the command's change moves to the end.
+	other := upsert("site/b.yaml", "b\n", "3")
+	other.Change.Author = bob.Change.Author
+	if got := cmd.order([]Op{mine, other}, committer); got[1].Cursor.RV != "1" {
+		t.Fatalf("order = %v", got)
+	}
+	// Folder boundaries: "site-2" is not under "site".
+	if cmd.claims(upsert("site-2/a.yaml", "", "4"), committer) || !cmd.claims(upsert("site/x/a.yaml", "", "5"), committer) {
+		t.Fatal("claims ignores folder boundaries")
+	}
+	if !(&Command{}).claims(upsert("any/a.yaml", "", "6"), committer) {
+		t.Fatal("a root target claims every file")
+	}
 }
