@@ -74,13 +74,33 @@ func mirrorToGit(namespace string) func(context.Context, *devenv.Env, io.Writer)
 		fmt.Fprintf(out, "    alice created ConfigMap %s/%s\n", namespace, cm.Name)
 
 		file := "clusters/dev/" + namespace + "/core/configmaps/" + cm.Name + ".yaml"
+		gitDir := env.Servers.Git.RepoDir("cluster-mirror")
+		lastCommit := func() ([]string, error) {
+			log, err := exec.Command("git", "--git-dir", gitDir, "log", "-1", "--format=%an <%ae>|%cn|%s", "main", "--", file).Output()
+			if err != nil || len(strings.TrimSpace(string(log))) == 0 {
+				return nil, fmt.Errorf("no commit touches %s yet", file)
+			}
+			return strings.SplitN(strings.TrimSpace(string(log)), "|", 3), nil
+		}
+		// The first commit may come from the watch's initial listing, which has no author to find;
+		// the edit below is a live change, so its commit must name alice.
+		if err := waitFor(ctx, time.Minute, func() error { _, err := lastCommit(); return err }); err != nil {
+			return "", err
+		}
+		cm.Data["banner"] = "new-year"
+		if err := ac.Update(ctx, cm); err != nil {
+			return "", fmt.Errorf("update ConfigMap as alice: %w", err)
+		}
+		fmt.Fprintf(out, "    alice changed the banner of %s/%s\n", namespace, cm.Name)
 		var author string
 		if err := waitFor(ctx, time.Minute, func() error {
-			log, err := exec.Command("git", "--git-dir", env.Servers.Git.RepoDir("cluster-mirror"), "log", "-1", "--format=%an <%ae>|%cn|%s", "main", "--", file).Output()
-			if err != nil || len(strings.TrimSpace(string(log))) == 0 {
-				return fmt.Errorf("no commit touches %s yet", file)
+			fields, err := lastCommit()
+			if err != nil {
+				return err
 			}
-			fields := strings.SplitN(strings.TrimSpace(string(log)), "|", 3)
+			if !strings.HasPrefix(fields[2], "[UPDATE]") && !strings.Contains(fields[2], "update") {
+				return fmt.Errorf("the update is not committed yet (last: %q)", fields[2])
+			}
 			author = fields[0]
 			if !strings.HasPrefix(author, "alice") {
 				return fmt.Errorf("commit %q is authored by %s, want alice", fields[2], author)
@@ -90,11 +110,11 @@ func mirrorToGit(namespace string) func(context.Context, *devenv.Env, io.Writer)
 		}); err != nil {
 			return "", err
 		}
-		content, err := exec.Command("git", "--git-dir", env.Servers.Git.RepoDir("cluster-mirror"), "show", "main:"+file).Output()
+		content, err := exec.Command("git", "--git-dir", gitDir, "show", "main:"+file).Output()
 		if err != nil {
 			return "", fmt.Errorf("read %s from the mirror: %w", file, err)
 		}
-		if strings.Contains(string(content), "resourceVersion") || !strings.Contains(string(content), "winter-sale") {
+		if strings.Contains(string(content), "resourceVersion") || !strings.Contains(string(content), "new-year") {
 			return "", fmt.Errorf("mirrored file is not the clean object:\n%s", content)
 		}
 		return fmt.Sprintf("%s committed by the mirror with author %s", file, author), nil

@@ -106,8 +106,24 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 		}
 	}()
 
+	serversDir, err := os.MkdirTemp(o.StateDir, "servers-")
+	if err != nil {
+		return nil, fmt.Errorf("create servers folder: %w", err)
+	}
+	env.onStop(func() error { return os.RemoveAll(serversDir) })
+	mo := o.Manager
+	apiOpts := servers.APIServerOptions{}
+	if mo.Enabled(manager.PartMirror) {
+		// The API server posts its audit events to the mirror, which names each commit's author.
+		audit, err := auditWebhook(filepath.Join(serversDir, "audit"), &mo)
+		if err != nil {
+			return nil, err
+		}
+		apiOpts.Configure = audit.Configure
+	}
+
 	fmt.Fprintln(o.Out, "siteops dev: starting kube-apiserver and etcd")
-	api, err := servers.StartAPIServer(servers.APIServerOptions{})
+	api, err := servers.StartAPIServer(apiOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +138,6 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 	}
 	env.onStop(func() error { return ignoreNotExist(os.Remove(o.KubeconfigPath)) })
 
-	mo := o.Manager
 	mo.LeaderElect = false
 	if mo.MetricsAddr, err = loopbackAddr(); err != nil {
 		return nil, err
@@ -131,11 +146,6 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 		return nil, err
 	}
 	fmt.Fprintln(o.Out, "siteops dev: starting Valkey with Sentinels, Redis, S3 and a git remote")
-	serversDir, err := os.MkdirTemp(o.StateDir, "servers-")
-	if err != nil {
-		return nil, fmt.Errorf("create servers folder: %w", err)
-	}
-	env.onStop(func() error { return os.RemoveAll(serversDir) })
 	if env.Servers, err = startServers(ctx, env, serversDir, &mo); err != nil {
 		return nil, err
 	}

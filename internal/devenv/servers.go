@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/siteops/siteops/internal/manager"
+	"github.com/siteops/siteops/internal/mirror/audit"
 	"github.com/siteops/siteops/internal/servers"
 )
 
@@ -65,4 +66,23 @@ func startServers(ctx context.Context, env *Env, dir string, mo *manager.Options
 	}
 	env.onStop(s.Git.Stop)
 	return s, nil
+}
+
+// auditWebhook prepares the mirror's audit receiver on a loopback port with a throw-away CA, and
+// returns the API server configuration that posts audit events to it.
+func auditWebhook(dir string, mo *manager.Options) (*servers.AuditWebhook, error) {
+	addr, err := loopbackAddr()
+	if err != nil {
+		return nil, err
+	}
+	certs, err := servers.NewMTLS(dir, "kube-apiserver", "127.0.0.1")
+	if err != nil {
+		return nil, fmt.Errorf("create audit receiver certificates: %w", err)
+	}
+	a := &mo.Mirror.Attribution
+	a.Enabled = true
+	a.ListenAddress = addr
+	a.CertDir = certs.CertDir
+	a.ClientCAFile = certs.CAFile
+	return servers.WriteAuditWebhook(dir, "https://"+addr+audit.PathPrefix+a.Route, certs, servers.WriteAuditPolicy)
 }
