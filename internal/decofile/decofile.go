@@ -131,8 +131,9 @@ func (d DeliveryOptions) controllerOptions() controller.Options {
 // Setup registers the part's controllers and webhooks with mgr.
 func Setup(mgr ctrl.Manager, o Options) error {
 	delivery := o.Delivery.controllerOptions()
+	var deleter *s3target.Store
 	if o.S3.Enabled() {
-		store, err := s3target.New(context.Background(), o.S3, nil)
+		store, err := s3target.New(context.Background(), o.S3)
 		if err != nil {
 			return fmt.Errorf("set up the Decofile s3 target: %w", err)
 		}
@@ -146,10 +147,13 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		}
 		o.Rollout.Loaders[decov1.TargetS3] = s3target.Loader{Store: store}
 		if o.S3.DeleteOnFinalize {
-			if err := s3target.SetupFinalizers(mgr, store); err != nil {
-				return fmt.Errorf("set up Decofile S3 finalizer: %w", err)
-			}
+			deleter = store
 		}
+	}
+	// Always running: with delete-on-finalize off it releases Decofiles that still carry the
+	// finalizer from a time it was on.
+	if err := s3target.SetupFinalizers(mgr, deleter); err != nil {
+		return fmt.Errorf("set up Decofile S3 finalizer: %w", err)
 	}
 	if !o.DisableInjection {
 		if err := inject.Setup(mgr, o.Inject); err != nil {

@@ -23,10 +23,12 @@ const Finalizer = "deco.sites/s3-object"
 
 // Finalizers adds Finalizer to s3-target Decofiles and deletes their object when they are
 // deleted. A Decofile flipped back to configmap keeps the finalizer: its object is still in the
-// bucket until the Decofile goes.
+// bucket until the Decofile goes. Without a store (delete-on-finalize off, or no s3 target) it
+// only removes the finalizer, so a Decofile never stays Terminating because the operator was
+// reconfigured.
 type Finalizers struct {
 	client   client.Client
-	store    *Store
+	store    *Store // nil: do not delete objects
 	recorder events.EventRecorder
 }
 
@@ -34,7 +36,8 @@ type Finalizers struct {
 // +kubebuilder:rbac:groups=deco.sites,resources=decofiles/finalizers,verbs=update
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// SetupFinalizers registers the finalizer controller with mgr.
+// SetupFinalizers registers the finalizer controller with mgr. store is nil when objects are
+// not to be deleted (--s3-delete-on-finalize off or no s3 target).
 func SetupFinalizers(mgr ctrl.Manager, store *Store) error {
 	f := &Finalizers{client: mgr.GetClient(), store: store, recorder: mgr.GetEventRecorder("siteops-decofile-s3")}
 	return ctrl.NewControllerManagedBy(mgr).
@@ -52,13 +55,21 @@ func (f *Finalizers) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	has := controllerutil.ContainsFinalizer(&df, Finalizer)
 	if df.DeletionTimestamp == nil {
-		if has || df.TargetOrDefault() != decov1.TargetS3 {
+		switch {
+		case f.store == nil && has:
+			// Delete-on-finalize was turned off: the object is left to the lifecycle rule.
+			return ctrl.Result{}, f.patch(ctx, &df, func(d *decov1.Decofile) { controllerutil.RemoveFinalizer(d, Finalizer) })
+		case f.store == nil || has || df.TargetOrDefault() != decov1.TargetS3:
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, f.patch(ctx, &df, func(d *decov1.Decofile) { controllerutil.AddFinalizer(d, Finalizer) })
 	}
 	if !has {
 		return ctrl.Result{}, nil
+	}
+	if f.store == nil {
+		logf.FromContext(ctx).Info("delete-on-finalize is off: leaving the Decofile's S3 object to the bucket lifecycle rule")
+		return ctrl.Result{}, f.patch(ctx, &df, func(d *decov1.Decofile) { controllerutil.RemoveFinalizer(d, Finalizer) })
 	}
 	if err := f.store.Delete(ctx, &df); err != nil {
 		f.recorder.Eventf(&df, nil, corev1.EventTypeWarning, "S3DeleteFailed", "Finalize", "%v (retried with backoff)", err)

@@ -12,6 +12,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -123,11 +124,11 @@ func setup(t *testing.T) *shared {
 	return sharedEnv
 }
 
+// sharedDir is the shared server's data folder: one fixed folder, emptied at start, since the
+// server lives as long as the test binary and nothing runs after the tests to remove it.
 func sharedDir() string {
-	d, err := os.MkdirTemp("", "s3target-test-")
-	if err != nil {
-		panic(err)
-	}
+	d := filepath.Join(os.TempDir(), "siteops-s3target-test")
+	_ = os.RemoveAll(d)
 	return d
 }
 

@@ -433,7 +433,7 @@ func TestDeleteOnFinalize(t *testing.T) {
 	ns := c.Namespace(t, "s3-final", nil)
 	cfg := sh.cfg
 	cfg.DeleteOnFinalize = true
-	startManager(t, c, ns, cfg)
+	withFlag := startManager(t, c, ns, cfg)
 	df := inlineDecofile(ns, "gone", decov1.TargetS3, map[string]string{"site": `{"v":1}`})
 	if err := c.Client.Create(context.Background(), df); err != nil {
 		t.Fatal(err)
@@ -461,6 +461,39 @@ func TestDeleteOnFinalize(t *testing.T) {
 	_, err := sh.s3.Client(nil).HeadObject(context.Background(), &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
 	if err == nil {
 		t.Fatalf("object %s still exists after the Decofile was deleted", key)
+	}
+
+	// Turned off later: a Decofile still carrying the finalizer is released, its object kept.
+	kept := inlineDecofile(ns, "kept", decov1.TargetS3, map[string]string{"site": `{"v":2}`})
+	if err := c.Client.Create(context.Background(), kept); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, c, kept, metav1.ConditionTrue, decov1.ReasonS3Uploaded, func(d *decov1.Decofile) error {
+		if !controllerutil.ContainsFinalizer(d, s3target.Finalizer) {
+			return errNotYet
+		}
+		return nil
+	})
+	withFlag.stop()
+	startManager(t, c, ns, sh.cfg)
+	testenv.Eventually(t, waitFor, func() error {
+		if controllerutil.ContainsFinalizer(get(t, c, kept), s3target.Finalizer) {
+			return errNotYet
+		}
+		return nil
+	})
+	if err := c.Client.Delete(context.Background(), get(t, c, kept)); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, waitFor, func() error {
+		var d decov1.Decofile
+		if err := c.Client.Get(context.Background(), client.ObjectKeyFromObject(kept), &d); err == nil {
+			return fmt.Errorf("Decofile still there, finalizers %v", d.Finalizers)
+		}
+		return nil
+	})
+	if _, _, err := object(t, sh.s3, kept.S3ObjectKey(prefix)); err != nil {
+		t.Fatalf("object deleted with delete-on-finalize off: %v", err)
 	}
 }
 
