@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,25 +19,14 @@ import (
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/devenv"
-	"github.com/siteops/siteops/internal/manager"
 )
 
 // TestDevEnvS3Target: `siteops dev up` points the s3 target at its local S3 server, so an
 // s3-target Decofile is uploaded there and readable anonymously at the URL in status.s3URL
 // (over the server's plain HTTP).
 func TestDevEnvS3Target(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs a kube-apiserver; skipped in -short mode")
-	}
 	ctx := context.Background()
-	mo := manager.DefaultOptions()
-	mo.Controllers = []string{manager.PartDecofile}
-	mo.Decofile.DisableInjection = true
-	env, err := devenv.Start(ctx, devenv.Options{KubeconfigPath: filepath.Join(t.TempDir(), "kubeconfig"), Manager: mo, Out: io.Discard})
-	if err != nil {
-		t.Fatalf("start dev environment: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	env := devEnv(t)
 	c := env.Client
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sites-s3"}}); err != nil {
 		t.Fatal(err)

@@ -2,8 +2,6 @@ package devenv_test
 
 import (
 	"context"
-	"io"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -17,25 +15,13 @@ import (
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/decofile/inject"
-	"github.com/siteops/siteops/internal/devenv"
-	"github.com/siteops/siteops/internal/manager"
 )
 
 // TestDevEnvInjectsDecofiles: `siteops dev up` registers the webhooks with the local API server
 // and serves them with its own CA, so an annotated Deployment is injected there.
 func TestDevEnvInjectsDecofiles(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs a kube-apiserver; skipped in -short mode")
-	}
 	ctx := context.Background()
-	mo := manager.DefaultOptions()
-	mo.Controllers = []string{manager.PartDecofile}
-	env, err := devenv.Start(ctx, devenv.Options{KubeconfigPath: filepath.Join(t.TempDir(), "kubeconfig"), Manager: mo, Out: io.Discard})
-	if err != nil {
-		t.Fatalf("start dev environment: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	c := env.Client
+	c := devEnv(t).Client
 
 	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
 	if err := c.Get(ctx, client.ObjectKey{Name: inject.MutatingConfigName}, mwc); err != nil {
@@ -79,7 +65,7 @@ func TestDevEnvInjectsDecofiles(t *testing.T) {
 	}
 
 	// The delete protection works without Knative installed (its Service kind is skipped).
-	err = c.Delete(ctx, d)
+	err := c.Delete(ctx, d)
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "deployment.apps/site") {
 		t.Errorf("delete of a referenced Decofile: %v, want denied naming deployment.apps/site", err)
 	}
