@@ -15,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/siteops/siteops/internal/mirror/attribution"
+	"github.com/siteops/siteops/internal/mirror/commitrequest"
 	"github.com/siteops/siteops/internal/mirror/controller"
 	"github.com/siteops/siteops/internal/mirror/engine"
 	"github.com/siteops/siteops/internal/mirror/store"
@@ -37,6 +38,10 @@ type Options struct {
 	RedisKeyPrefix string
 	// Attribution configures commit authors from audit events (--author-attribution, …).
 	Attribution attribution.Options
+	// CommitRequestWebhook serves the admission webhook that records who submits each
+	// CommitRequest (needs RedisAddr). BindFlags turns it on, because the manager it configures
+	// always runs a webhook server; code that builds a manager without one leaves it off.
+	CommitRequestWebhook bool
 
 	flags *pflag.FlagSet
 }
@@ -47,6 +52,7 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 		o.RedisKeyPrefix = store.DefaultKeyPrefix
 	}
 	o.flags = fs
+	o.CommitRequestWebhook = true
 	fs.StringVar(&o.RedisAddr, "redis-addr", o.RedisAddr, "mirror: host:port of the Redis/Valkey server holding the watch resume cursors (without it every restart replays)")
 	fs.StringVar(&o.RedisUsername, "redis-username", o.RedisUsername, "mirror: Redis ACL user name")
 	fs.StringVar(&o.RedisPassword, "redis-password", o.RedisPassword, "mirror: Redis password (default $REDIS_PASSWORD)")
@@ -152,6 +158,19 @@ func SetupWithEngine(mgr ctrl.Manager, o Options) (*engine.Engine, error) {
 		}
 	}
 	if err := (&controller.ProviderReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	// CommitRequests: the submitter is recorded at admission in Redis (independent of
+	// --author-attribution); without Redis no webhook is served and the committer authors them.
+	cro := commitrequest.Options{Closer: windowCloser{eng}, Identity: attribution.Identity{NoreplyDomain: o.Attribution.NoreplyDomain}}
+	switch {
+	case !o.CommitRequestWebhook:
+	case redisStore != nil:
+		cro.Authors = redisStore.CommandAuthorStore()
+	default:
+		log.Info("CommitRequest submitters are not recorded without --redis-addr: their commits are authored by the committer")
+	}
+	if err := commitrequest.Setup(mgr, cro); err != nil {
 		return nil, err
 	}
 	return eng, nil

@@ -275,6 +275,39 @@ func (e *Engine) Status(target types.NamespacedName) (TargetStatus, bool) {
 	return st, true
 }
 
+// ErrUnknownTarget says the engine runs no GitTarget of that name (not applied yet, removed,
+// or invalid).
+var ErrUnknownTarget = errors.New("the GitTarget is not running in the mirror")
+
+// Writer returns the git writer of target and the target's spec, the lookup commands use.
+func (e *Engine) Writer(target types.NamespacedName) (*gitwriter.Writer, TargetSpec, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.running() {
+		return nil, TargetSpec{}, ErrNotStarted
+	}
+	t := e.targets[target]
+	if t == nil {
+		return nil, TargetSpec{}, fmt.Errorf("%w: %s", ErrUnknownTarget, target)
+	}
+	wr := e.writers[t.writer]
+	if wr == nil {
+		return nil, TargetSpec{}, fmt.Errorf("%w: %s has no writer", ErrUnknownTarget, target)
+	}
+	return wr.w, t.spec, nil
+}
+
+// CloseWindow closes target's open commit window now and commits its pending changes with
+// message, authored by author (nil: the committer); see gitwriter.Writer.CloseWindow. The
+// engine's lock is not held while the writer works, so watches and Apply carry on.
+func (e *Engine) CloseWindow(ctx context.Context, target types.NamespacedName, message string, author *gitwriter.Signature) (gitwriter.CommandResult, error) {
+	w, spec, err := e.Writer(target)
+	if err != nil {
+		return gitwriter.CommandResult{}, err
+	}
+	return w.CloseWindow(ctx, gitwriter.Command{Path: spec.Path, Message: message, Author: author})
+}
+
 func (e *Engine) startWriter(spec WriterSpec) *writerRun {
 	wr := &writerRun{spec: spec, refs: map[types.NamespacedName]bool{}}
 	e.launchWriter(wr)

@@ -1,0 +1,29 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/siteops/siteops/internal/mirror/commitrequest"
+	"github.com/siteops/siteops/internal/mirror/engine"
+	"github.com/siteops/siteops/internal/mirror/gitwriter"
+)
+
+// windowCloser serves CommitRequests with the engine's writers.
+type windowCloser struct{ eng *engine.Engine }
+
+// CloseWindow closes target's window through its writer; a target the engine does not run (not
+// the leader yet, not applied yet, or its writer just restarted) is ErrTargetNotRunning, which
+// the CommitRequest controller retries.
+func (c windowCloser) CloseWindow(ctx context.Context, target types.NamespacedName, message string, author *gitwriter.Signature) (commitrequest.Closed, error) {
+	res, err := c.eng.CloseWindow(ctx, target, message, author)
+	if errors.Is(err, engine.ErrNotStarted) || errors.Is(err, engine.ErrUnknownTarget) || errors.Is(err, gitwriter.ErrWriterStopped) {
+		return commitrequest.Closed{}, errors.Join(commitrequest.ErrTargetNotRunning, err)
+	}
+	if err != nil {
+		return commitrequest.Closed{}, err
+	}
+	return commitrequest.Closed{Commit: res.Commit, Author: res.Author}, nil
+}

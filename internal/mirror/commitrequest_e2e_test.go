@@ -1,0 +1,181 @@
+package mirror_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
+	"github.com/siteops/siteops/internal/mirror"
+	"github.com/siteops/siteops/internal/mirror/commitrequest"
+	"github.com/siteops/siteops/internal/mirror/engine"
+	"github.com/siteops/siteops/internal/scheme"
+	"github.com/siteops/siteops/internal/servers"
+	"github.com/siteops/siteops/internal/testenv"
+)
+
+// TestCommitRequestCommitsAsSubmitter runs the whole mirror part with its CommitRequest webhook
+// served to a real API server: a change waits in an hour-long window until a user's
+// CommitRequest closes it, and the commit carries that user and message.
+func TestCommitRequestCommitsAsSubmitter(t *testing.T) {
+	port, err := servers.FreePort("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vwc := commitrequest.WebhookConfiguration(commitrequest.URLClientConfig("https://127.0.0.1:"+strconv.Itoa(port), nil))
+	c := testenv.NewAPIServer(t, servers.APIServerOptions{Webhooks: envtest.WebhookInstallOptions{
+		LocalServingHost: "127.0.0.1", LocalServingPort: port,
+		ValidatingWebhooks: []*admissionregistrationv1.ValidatingWebhookConfiguration{vwc},
+	}})
+	redis := testenv.Redis(t, servers.RedisOptions{})
+	f := newFixture(t, c)
+	wio := c.Env.WebhookInstallOptions
+	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
+		Scheme:                 scheme.New(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr(true)},
+		WebhookServer:          webhook.NewServer(webhook.Options{Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := mirror.SetupWithEngine(mgr, mirror.Options{RedisAddr: redis.Addr, RedisKeyPrefix: "cmd", CommitRequestWebhook: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager stopped with %v", err)
+		}
+	})
+	testenv.Eventually(t, 30*time.Second, func() error { return mgr.GetWebhookServer().StartedChecker()(nil) })
+
+	cr := closeWithRequest(t, f, eng, userClient(t, c, "alice"), "Release 1: new landing page")
+	tip := f.git(t, "rev-parse", "main")
+	if cr.Status.Commit != tip || cr.Status.Author != "alice <alice@users.noreply.invalid>" {
+		t.Fatalf("status = %+v, tip %s", cr.Status, tip)
+	}
+	if a := meta.FindStatusCondition(cr.Status.Conditions, mirrorv1alpha1.ConditionAuthorAttributed); a == nil || a.Status != metav1.ConditionTrue || a.Reason != mirrorv1alpha1.ReasonCommandAuthor {
+		t.Fatalf("AuthorAttributed = %+v", a)
+	}
+	if got := f.git(t, "log", "-1", "--format=%an <%ae> | %cn | %B", "main"); got != "alice <alice@users.noreply.invalid> | Mirror Bot | Release 1: new landing page" {
+		t.Fatalf("commit = %q", got)
+	}
+	if files := f.git(t, "show", "--format=", "--name-only", "main"); files != "site/"+f.ns+"/core/configmaps/app.yaml" {
+		t.Fatalf("commit files = %q", files)
+	}
+}
+
+// TestCommitRequestWithoutWebhook: with no submitter recorded the committer authors the commit,
+// and the request says so.
+func TestCommitRequestWithoutWebhook(t *testing.T) {
+	c := testenv.APIServer(t)
+	redis := testenv.Redis(t, servers.RedisOptions{})
+	f := newFixture(t, c)
+	eng, _ := runManager(t, c, mirror.Options{RedisAddr: redis.Addr, RedisKeyPrefix: "nocmd"}, "")
+	t.Cleanup(func() { _ = c.Client.DeleteAllOf(context.Background(), &mirrorv1alpha1.CommitRequest{}, client.InNamespace(f.ns)) })
+
+	cr := closeWithRequest(t, f, eng, userClient(t, c, "carol"), "Release 2")
+	a := meta.FindStatusCondition(cr.Status.Conditions, mirrorv1alpha1.ConditionAuthorAttributed)
+	if a == nil || a.Status != metav1.ConditionFalse || a.Reason != mirrorv1alpha1.ReasonCommitterFallback {
+		t.Fatalf("AuthorAttributed = %+v", a)
+	}
+	if got := f.git(t, "log", "-1", "--format=%H | %an <%ae> | %B", "main"); got != cr.Status.Commit+" | Mirror Bot <mirror@example.com> | Release 2" {
+		t.Fatalf("commit = %q, status %+v", got, cr.Status)
+	}
+
+	// Nothing pending: no empty commit, the request says so.
+	before := f.commits()
+	empty := &mirrorv1alpha1.CommitRequest{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "empty"},
+		Spec: mirrorv1alpha1.CommitRequestSpec{TargetRef: mirrorv1alpha1.TargetReference{Name: "site"}, Message: "nothing"}}
+	f.create(t, empty)
+	got := waitRequest(t, f, "empty", mirrorv1alpha1.ReasonNothingPending)
+	if got.Status.Commit != "" || f.commits() != before {
+		t.Fatalf("an empty window made a commit: %+v, %d commits (was %d)", got.Status, f.commits(), before)
+	}
+}
+
+func userClient(t *testing.T, c *testenv.Cluster, name string) client.Client {
+	t.Helper()
+	u, err := c.Env.AddUser(envtest.User{Name: name, Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.New(u.Config(), client.Options{Scheme: c.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+// closeWithRequest mirrors a ConfigMap into an hour-long window of GitTarget "site", waits until
+// the writer holds it, and has user close the window with a CommitRequest.
+func closeWithRequest(t *testing.T, f *fixture, eng *engine.Engine, user client.Client, message string) *mirrorv1alpha1.CommitRequest {
+	t.Helper()
+	f.target(t, "site", "site", time.Hour, "")
+	f.watchRule(t, "cms", "site", cmRule())
+	target := types.NamespacedName{Namespace: f.ns, Name: "site"}
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if st, ok := eng.Status(target); !ok || st.Streams == 0 {
+			return fmt.Errorf("target not running: %+v", st)
+		}
+		return nil
+	})
+	before := f.commits()
+	f.create(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: f.ns}, Data: map[string]string{"color": "blue"}})
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if st, _ := eng.Status(target); st.Writer.Pending == 0 {
+			return fmt.Errorf("the change is not pending in the writer yet")
+		}
+		return nil
+	})
+	if n := f.commits(); n != before {
+		t.Fatalf("the window closed on its own: %d commits, was %d", n, before)
+	}
+	cr := &mirrorv1alpha1.CommitRequest{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "release"},
+		Spec: mirrorv1alpha1.CommitRequestSpec{TargetRef: mirrorv1alpha1.TargetReference{Name: "site"}, Message: message}}
+	if err := user.Create(context.Background(), cr); err != nil {
+		t.Fatal(err)
+	}
+	got := waitRequest(t, f, "release", mirrorv1alpha1.ReasonPushed)
+	if !strings.Contains(f.file("site/"+f.ns+"/core/configmaps/app.yaml"), "blue") {
+		t.Fatal("the pending change is not on the branch")
+	}
+	return got
+}
+
+func waitRequest(t *testing.T, f *fixture, name, reason string) *mirrorv1alpha1.CommitRequest {
+	t.Helper()
+	var cr mirrorv1alpha1.CommitRequest
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if err := f.c.Client.Get(context.Background(), types.NamespacedName{Namespace: f.ns, Name: name}, &cr); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(cr.Status.Conditions, mirrorv1alpha1.ConditionCommitted)
+		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != reason {
+			return fmt.Errorf("Committed = %+v", c)
+		}
+		return nil
+	})
+	return &cr
+}
