@@ -37,6 +37,7 @@ func Steps(run Runner, examples string) ([]Step, func()) {
 		{Name: "Decofile from git", Run: s.gitSourcedDecofile},
 		{Name: "injected site pods", Run: s.injectedPods},
 		{Name: "edit and rollout", Run: s.editAndRollout(run)},
+		{Name: "S3 target and back", Run: s.flipTargets},
 		{Name: "cluster→git mirror", Run: mirrorToGit(s.namespace)},
 		{Name: "wave planner", Run: waves(examples, run)},
 	}, s.stop

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -358,3 +359,74 @@ func short(sha string) string {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// flipTargets moves the Decofile to the S3 target, fetches it anonymously from the URL pods would
+// load, and moves it back to the ConfigMap.
+func (s *site) flipTargets(ctx context.Context, env *devenv.Env, out io.Writer) (string, error) {
+	key := client.ObjectKey{Namespace: s.namespace, Name: s.name}
+	setTarget := func(t decov1alpha1.TargetType) error {
+		df := &decov1alpha1.Decofile{}
+		if err := env.Client.Get(ctx, key, df); err != nil {
+			return err
+		}
+		df.Spec.Target = t
+		return env.Client.Update(ctx, df)
+	}
+	readyWith := func(reason string) (*decov1alpha1.Decofile, error) {
+		df := &decov1alpha1.Decofile{}
+		err := waitFor(ctx, time.Minute, func() error {
+			if err := env.Client.Get(ctx, key, df); err != nil {
+				return err
+			}
+			c := meta.FindStatusCondition(df.Status.Conditions, decov1alpha1.ConditionReady)
+			if df.Status.ObservedGeneration != df.Generation || c == nil || c.Status != metav1.ConditionTrue || c.Reason != reason {
+				return fmt.Errorf("Decofile not Ready with reason %s: %+v", reason, c)
+			}
+			return nil
+		})
+		return df, err
+	}
+
+	if err := setTarget(decov1alpha1.TargetS3); err != nil {
+		return "", fmt.Errorf("switch to the s3 target: %w", err)
+	}
+	df, err := readyWith(decov1alpha1.ReasonS3Uploaded)
+	if err != nil {
+		return "", err
+	}
+	// Pods load https://<public host>/<key>; the local S3 server speaks plain HTTP on that host.
+	u, err := url.Parse(df.Status.S3URL)
+	if err != nil {
+		return "", fmt.Errorf("status.s3URL %q: %w", df.Status.S3URL, err)
+	}
+	objectURL := env.Servers.S3.Endpoint + u.Path
+	resp, err := http.Get(objectURL)
+	if err != nil {
+		return "", fmt.Errorf("anonymous GET %s: %w", objectURL, err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("anonymous GET %s: %s %v", objectURL, resp.Status, err)
+	}
+	if !strings.Contains(string(body), "Winter sale & more") {
+		return "", fmt.Errorf("object at %s does not hold the current content", df.Status.S3URL)
+	}
+	fmt.Fprintf(out, "    target s3: status.s3URL %s; anonymous GET %s → 200, %d bytes\n", df.Status.S3URL, objectURL, len(body))
+
+	if err := setTarget(decov1alpha1.TargetConfigMap); err != nil {
+		return "", fmt.Errorf("switch back to the configmap target: %w", err)
+	}
+	if df, err = readyWith(decov1alpha1.ReasonSucceeded); err != nil {
+		return "", err
+	}
+	cm := &corev1.ConfigMap{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: s.namespace, Name: df.ConfigMapName()}, cm); err != nil {
+		return "", err
+	}
+	if !strings.Contains(cm.Data[decov1alpha1.KeyJSON], "Winter sale & more") {
+		return "", fmt.Errorf("ConfigMap %s does not hold the current content after switching back", cm.Name)
+	}
+	fmt.Fprintf(out, "    target configmap: ConfigMap %s holds the current content again\n", cm.Name)
+	return "configmap → s3 (public object) → configmap", nil
+}
