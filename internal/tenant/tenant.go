@@ -61,14 +61,12 @@ type Options struct {
 	envErr error
 }
 
-// BindFlags registers the part's flags. Defaults come from VALKEY_ADMIN_PASSWORD and
-// VALKEY_ACL_RESYNC_PERIOD when those are set; an unparsable period is reported by Validate.
+// BindFlags registers the part's flags. The resync period defaults to VALKEY_ACL_RESYNC_PERIOD
+// when set (an unparsable value is reported by Validate); the admin password falls back to
+// VALKEY_ADMIN_PASSWORD when used, so it never shows as a flag default in --help.
 func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	if o.SentinelMaster == "" {
 		o.SentinelMaster = DefaultMasterName
-	}
-	if o.AdminPassword == "" {
-		o.AdminPassword = os.Getenv(EnvAdminPassword)
 	}
 	if o.ResyncPeriod == 0 {
 		o.ResyncPeriod = DefaultResyncPeriod
@@ -125,6 +123,9 @@ func (o *Options) NodeConfig() (acl.Config, error) {
 	cfg := acl.Config{
 		SentinelAddrs: o.SentinelAddrs, MasterName: o.SentinelMaster, SentinelPassword: o.SentinelPassword,
 		URL: o.URL, Username: o.AdminUsername, Password: o.AdminPassword,
+	}
+	if cfg.Password == "" {
+		cfg.Password = os.Getenv(EnvAdminPassword)
 	}
 	if o.TLS {
 		cfg.TLS = &tls.Config{MinVersion: tls.VersionTLS12}

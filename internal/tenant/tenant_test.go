@@ -26,12 +26,16 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.AdminPassword != "from-env" || o.ResyncPeriod != 90*time.Second || o.SentinelMaster != "mymaster" ||
+	if cfg, err := o.NodeConfig(); err != nil || cfg.Password != "from-env" {
+		t.Fatalf("admin password from %s: %q, %v", EnvAdminPassword, cfg.Password, err)
+	}
+	if o.ResyncPeriod != 90*time.Second || o.SentinelMaster != "mymaster" ||
 		len(o.SentinelAddrs) != 2 || o.DeleteTimeout != DefaultDeleteTimeout {
 		t.Fatalf("options %+v", o)
 	}
 	o, err = parse(t, "--valkey-url=redis://127.0.0.1:6379", "--valkey-admin-password=flag", "--valkey-acl-resync-period=5m")
-	if err != nil || o.AdminPassword != "flag" || o.ResyncPeriod != 5*time.Minute {
+	cfg, _ := o.NodeConfig()
+	if err != nil || cfg.Password != "flag" || o.ResyncPeriod != 5*time.Minute {
 		t.Fatalf("flags must win over the environment: %+v %v", o, err)
 	}
 }
@@ -67,5 +71,15 @@ func TestValidateNeedsOneWayToValkey(t *testing.T) {
 	}
 	if _, err := o.NodeConfig(); err == nil {
 		t.Fatal("a missing CA file was accepted")
+	}
+}
+
+func TestAdminPasswordNeverShowsInHelp(t *testing.T) {
+	t.Setenv(EnvAdminPassword, "s3cret-from-env")
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	var o Options
+	o.BindFlags(fs)
+	if usage := fs.FlagUsages(); strings.Contains(usage, "s3cret-from-env") {
+		t.Fatalf("--help shows the admin password from the environment:\n%s", usage)
 	}
 }
