@@ -39,6 +39,7 @@ import (
 
 	"github.com/siteops/siteops/internal/decofile/inject"
 	"github.com/siteops/siteops/internal/manager"
+	"github.com/siteops/siteops/internal/mirror/commitrequest"
 	"github.com/siteops/siteops/internal/servers"
 	"github.com/siteops/siteops/internal/testenv"
 )
@@ -188,16 +189,17 @@ func decodeAll(doc string) ([]*unstructured.Unstructured, error) {
 }
 
 var valueSets = map[string]string{
-	"default":         "",
-	"self-signed":     "flags: {webhook-self-signed: true}",
-	"decofile only":   "flags: {controllers: [decofile]}",
-	"tenant only":     "flags: {controllers: [tenant]}",
-	"mirror only":     "flags: {controllers: mirror}",
-	"no injection":    "flags: {decofile-disable-injection: true}",
-	"monitoring":      "metrics: {serviceMonitor: {enabled: true}, prometheusRule: {enabled: true}, dashboard: {enabled: true}}",
-	"secrets":         "secrets: {githubToken: {name: gh}, valkeyAdminPassword: {name: valkey}, valkeySentinelPassword: {name: sentinel}, redisPassword: {name: redis}, s3Credentials: {name: s3}}",
-	"no metrics":      `flags: {metrics-bind-address: "0"}`,
-	"lease elsewhere": "flags: {leader-election-namespace: leases}",
+	"default":                  "",
+	"self-signed":              "flags: {webhook-self-signed: true}",
+	"decofile only":            "flags: {controllers: [decofile]}",
+	"tenant only":              "flags: {controllers: [tenant]}",
+	"mirror only":              "flags: {controllers: mirror}",
+	"no commitrequest webhook": "flags: {commitrequest-webhook: false}",
+	"no injection":             "flags: {decofile-disable-injection: true}",
+	"monitoring":               "metrics: {serviceMonitor: {enabled: true}, prometheusRule: {enabled: true}, dashboard: {enabled: true}}",
+	"secrets":                  "secrets: {githubToken: {name: gh}, valkeyAdminPassword: {name: valkey}, valkeySentinelPassword: {name: sentinel}, redisPassword: {name: redis}, s3Credentials: {name: s3}}",
+	"no metrics":               `flags: {metrics-bind-address: "0"}`,
+	"lease elsewhere":          "flags: {leader-election-namespace: leases}",
 }
 
 func TestLint(t *testing.T) {
@@ -448,8 +450,8 @@ func TestRBACPerPart(t *testing.T) {
 				}
 			}
 			hasWebhooks := len(m.kind("MutatingWebhookConfiguration"))+len(m.kind("ValidatingWebhookConfiguration")) > 0
-			if hasWebhooks != slices.Contains(parts, "decofile") {
-				t.Errorf("webhook configurations rendered: %v, want them exactly when the decofile part runs", hasWebhooks)
+			if want := slices.Contains(parts, "decofile") || slices.Contains(parts, "mirror"); hasWebhooks != want {
+				t.Errorf("webhook configurations rendered: %v, want them exactly when the decofile or mirror part runs", hasWebhooks)
 			}
 			if len(m.kind("Role")) != 1 || len(m.kind("RoleBinding")) != 1 {
 				t.Errorf("want only the leader election Role and RoleBinding, got %d and %d", len(m.kind("Role")), len(m.kind("RoleBinding")))
@@ -489,8 +491,8 @@ func TestSelfSignedRBAC(t *testing.T) {
 		if slices.Contains(r.APIGroups, "") {
 			t.Errorf("cluster-wide rule %+v: Secret access of the certificate rotator belongs in the release namespace", r)
 		}
-		if !slices.Equal(r.ResourceNames, []string{inject.MutatingConfigName, inject.ValidatingConfigName}) {
-			t.Errorf("rule %+v: limit it to the two webhook configurations", r)
+		if !slices.Equal(r.ResourceNames, []string{inject.MutatingConfigName, inject.ValidatingConfigName, commitrequest.WebhookConfigName}) {
+			t.Errorf("rule %+v: limit it to the webhook configurations the manager patches", r)
 		}
 	}
 	var role rbacv1.Role
@@ -553,6 +555,19 @@ func TestWebhooksMatchCode(t *testing.T) {
 			}
 			if !equalJSON(t, gotV.Webhooks, wantV.Webhooks) {
 				t.Errorf("validating webhooks differ from inject.WebhookConfigurations")
+			}
+			wantCR := commitrequest.WebhookConfiguration(commitrequest.ServiceClientConfig(namespace, "siteops-webhook-service", 443, nil))
+			var gotCR admissionregistrationv1.ValidatingWebhookConfiguration
+			if !m.get(t, "ValidatingWebhookConfiguration", wantCR.Name, &gotCR) {
+				t.Fatalf("no ValidatingWebhookConfiguration %s", wantCR.Name)
+			}
+			if !equalJSON(t, gotCR.Webhooks, wantCR.Webhooks) {
+				a, _ := yaml.Marshal(gotCR.Webhooks)
+				b, _ := yaml.Marshal(wantCR.Webhooks)
+				t.Errorf("CommitRequest webhooks differ from commitrequest.WebhookConfiguration:\nchart:\n%s\ncode:\n%s", a, b)
+			}
+			if gotCR.Annotations["cert-manager.io/inject-ca-from"] != gotM.Annotations["cert-manager.io/inject-ca-from"] {
+				t.Error("the CommitRequest webhook takes its CA from another Certificate than the Decofile webhooks")
 			}
 
 			d := m.deployment(t)
@@ -748,5 +763,35 @@ func TestNotesWarnAboutMissingSettings(t *testing.T) {
 	n := notes("flags: {valkey-url: 'redis://valkey:6379', redis-addr: 'valkey:6379', webhook-self-signed: true}\nsecrets: {valkeyAdminPassword: {name: v}}")
 	if strings.Contains(n, "WARNING") || strings.Contains(n, "Note:") || !strings.Contains(n, "siteops-system/siteops-webhook-ca") {
 		t.Errorf("complete values still warn, or self-signed mode is not explained:\n%s", n)
+	}
+}
+
+// TestWebhooksPerPart renders each part's webhook configurations only when that part serves
+// them, and the webhook Service whenever any is rendered.
+func TestWebhooksPerPart(t *testing.T) {
+	for name, want := range map[string][]string{
+		"decofile only":            {inject.MutatingConfigName, inject.ValidatingConfigName},
+		"mirror only":              {commitrequest.WebhookConfigName},
+		"tenant only":              nil,
+		"no injection":             {commitrequest.WebhookConfigName},
+		"no commitrequest webhook": {inject.MutatingConfigName, inject.ValidatingConfigName},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m := render(t, "siteops", namespace, values(t, valueSets[name]))
+			var got []string
+			for _, kind := range []string{"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} {
+				for _, o := range m.kind(kind) {
+					got = append(got, o.GetName())
+				}
+			}
+			slices.Sort(got)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Errorf("webhook configurations %v, want %v", got, want)
+			}
+			if has := m.get(t, "Service", "siteops-webhook-service", nil); has != (len(want) > 0) {
+				t.Errorf("webhook Service rendered: %v, want %v", has, len(want) > 0)
+			}
+		})
 	}
 }

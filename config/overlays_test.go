@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/siteops/siteops/internal/decofile/inject"
+	"github.com/siteops/siteops/internal/mirror/commitrequest"
 	"github.com/siteops/siteops/internal/manager"
 	"github.com/siteops/siteops/internal/testenv"
 )
@@ -78,7 +79,14 @@ func TestWebhookWiring(t *testing.T) {
 				!b.get(t, "ValidatingWebhookConfiguration", inject.ValidatingConfigName, &vwc) {
 				t.Fatalf("want webhook configurations named %s and %s (the names the manager patches)", inject.MutatingConfigName, inject.ValidatingConfigName)
 			}
-			refs := []*admissionregistrationv1.ServiceReference{mwc.Webhooks[0].ClientConfig.Service, vwc.Webhooks[0].ClientConfig.Service}
+			var crwc admissionregistrationv1.ValidatingWebhookConfiguration
+			if !b.get(t, "ValidatingWebhookConfiguration", commitrequest.WebhookConfigName, &crwc) {
+				t.Fatalf("want the CommitRequest webhook configuration named %s (the name the manager patches)", commitrequest.WebhookConfigName)
+			}
+			if p := crwc.Webhooks[0].ClientConfig.Service; p == nil || p.Path == nil || *p.Path != commitrequest.WebhookPath {
+				t.Errorf("CommitRequest webhook clientConfig %+v: want path %s", p, commitrequest.WebhookPath)
+			}
+			refs := []*admissionregistrationv1.ServiceReference{mwc.Webhooks[0].ClientConfig.Service, vwc.Webhooks[0].ClientConfig.Service, crwc.Webhooks[0].ClientConfig.Service}
 			var svc corev1.Service
 			for _, ref := range refs {
 				if ref == nil || ref.Namespace != "siteops-system" || !b.get(t, "Service", ref.Name, &svc) {
@@ -122,6 +130,9 @@ func TestWebhookWiring(t *testing.T) {
 			// which covers the Service, comes from an Issuer of the build and writes the Secret
 			// the manager mounts.
 			from := mwc.Annotations["cert-manager.io/inject-ca-from"]
+			if crwc.Annotations["cert-manager.io/inject-ca-from"] != from {
+				t.Errorf("the CommitRequest webhook's inject-ca-from %q differs from %q", crwc.Annotations["cert-manager.io/inject-ca-from"], from)
+			}
 			if from == "" || vwc.Annotations["cert-manager.io/inject-ca-from"] != from {
 				t.Fatalf("inject-ca-from %q / %q: want both set to the serving Certificate", from, vwc.Annotations["cert-manager.io/inject-ca-from"])
 			}

@@ -22,6 +22,7 @@ import (
 	"github.com/siteops/siteops/internal/decofile"
 	"github.com/siteops/siteops/internal/decofile/inject"
 	"github.com/siteops/siteops/internal/mirror"
+	"github.com/siteops/siteops/internal/mirror/commitrequest"
 	"github.com/siteops/siteops/internal/scheme"
 	"github.com/siteops/siteops/internal/tenant"
 	"github.com/siteops/siteops/internal/webhookcert"
@@ -195,6 +196,9 @@ func selfSignedCerts(mgr ctrl.Manager, cfg *rest.Config, o Options) error {
 	if o.Enabled(PartDecofile) {
 		wo.MutatingWebhooks = []string{inject.MutatingConfigName}
 		wo.ValidatingWebhooks = []string{inject.ValidatingConfigName}
+	}
+	if o.Enabled(PartMirror) {
+		wo.ValidatingWebhooks = append(wo.ValidatingWebhooks, commitrequest.WebhookConfigName)
 	}
 	r, err := webhookcert.New(c, wo)
 	if err != nil {

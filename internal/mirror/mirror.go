@@ -39,8 +39,8 @@ type Options struct {
 	// Attribution configures commit authors from audit events (--author-attribution, …).
 	Attribution attribution.Options
 	// CommitRequestWebhook serves the admission webhook that records who submits each
-	// CommitRequest (needs RedisAddr). BindFlags turns it on, because the manager it configures
-	// always runs a webhook server; code that builds a manager without one leaves it off.
+	// CommitRequest (needs RedisAddr and the manager's webhook server certificate). The flag
+	// defaults to on; code that builds a manager without a webhook server leaves it off.
 	CommitRequestWebhook bool
 
 	flags *pflag.FlagSet
@@ -52,13 +52,13 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 		o.RedisKeyPrefix = store.DefaultKeyPrefix
 	}
 	o.flags = fs
-	o.CommitRequestWebhook = true
 	fs.StringVar(&o.RedisAddr, "redis-addr", o.RedisAddr, "mirror: host:port of the Redis/Valkey server holding the watch resume cursors (without it every restart replays)")
 	fs.StringVar(&o.RedisUsername, "redis-username", o.RedisUsername, "mirror: Redis ACL user name")
 	fs.StringVar(&o.RedisPassword, "redis-password", o.RedisPassword, "mirror: Redis password (default $REDIS_PASSWORD)")
 	fs.IntVar(&o.RedisDB, "redis-db", o.RedisDB, "mirror: Redis logical database")
 	fs.BoolVar(&o.RedisTLS, "redis-tls", o.RedisTLS, "mirror: connect to Redis over TLS")
 	fs.StringVar(&o.RedisKeyPrefix, "redis-key-prefix", o.RedisKeyPrefix, "mirror: root of every Redis key, so installations can share a server")
+	fs.BoolVar(&o.CommitRequestWebhook, "commitrequest-webhook", true, "mirror: serve the admission webhook that records who submits each CommitRequest, its commit author (needs --redis-addr and the webhook server certificate)")
 	o.Attribution.BindFlags(fs)
 }
 

@@ -57,9 +57,19 @@ app.kubernetes.io/component: manager
 {{- if has .part (include "siteops.controllers" .root | fromJsonArray) -}}true{{- end -}}
 {{- end -}}
 
-{{/* "true" when the admission webhooks are served: the decofile part runs with injection. */}}
-{{- define "siteops.webhooks" -}}
+{{/* "true" when the Decofile admission webhooks are served: the decofile part runs with injection. */}}
+{{- define "siteops.decofileWebhooks" -}}
 {{- if and (include "siteops.enabled" (dict "part" "decofile" "root" .)) (not (index .Values.flags "decofile-disable-injection")) -}}true{{- end -}}
+{{- end -}}
+
+{{/* "true" when the mirror's CommitRequest webhook is served: the mirror part runs with it. */}}
+{{- define "siteops.mirrorWebhooks" -}}
+{{- if and (include "siteops.enabled" (dict "part" "mirror" "root" .)) (index .Values.flags "commitrequest-webhook") -}}true{{- end -}}
+{{- end -}}
+
+{{/* "true" when any admission webhook is served (the webhook Service, TLS and port). */}}
+{{- define "siteops.webhooks" -}}
+{{- if or (include "siteops.decofileWebhooks" .) (include "siteops.mirrorWebhooks" .) -}}true{{- end -}}
 {{- end -}}
 
 {{- define "siteops.selfSigned" -}}
@@ -69,6 +79,7 @@ app.kubernetes.io/component: manager
 {{/* Names of the webhook configurations; the manager patches these names in self-signed mode. */}}
 {{- define "siteops.mutatingWebhookName" -}}siteops-decofile-inject{{- end -}}
 {{- define "siteops.validatingWebhookName" -}}siteops-decofile-protect{{- end -}}
+{{- define "siteops.commitRequestWebhookName" -}}siteops-mirror-commitrequest{{- end -}}
 
 {{/* The port of a bind address such as ":8080" or "0.0.0.0:8080". */}}
 {{- define "siteops.port" -}}
