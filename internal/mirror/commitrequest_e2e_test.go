@@ -93,7 +93,9 @@ func TestCommitRequestWithoutWebhook(t *testing.T) {
 	redis := testenv.Redis(t, servers.RedisOptions{})
 	f := newFixture(t, c)
 	eng, _ := runManager(t, c, mirror.Options{RedisAddr: redis.Addr, RedisKeyPrefix: "nocmd"}, "")
-	t.Cleanup(func() { _ = c.Client.DeleteAllOf(context.Background(), &mirrorv1alpha1.CommitRequest{}, client.InNamespace(f.ns)) })
+	t.Cleanup(func() {
+		_ = c.Client.DeleteAllOf(context.Background(), &mirrorv1alpha1.CommitRequest{}, client.InNamespace(f.ns))
+	})
 
 	cr := closeWithRequest(t, f, eng, userClient(t, c, "carol"), "Release 2")
 	a := meta.FindStatusCondition(cr.Status.Conditions, mirrorv1alpha1.ConditionAuthorAttributed)
