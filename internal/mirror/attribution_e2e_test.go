@@ -2,11 +2,7 @@ package mirror_test
 
 import (
 	"context"
-	"encoding/base64"
-	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,6 +23,17 @@ import (
 // TestManagerAttributesCommits runs the whole mirror part with --author-attribution: the manager
 // serves the audit receiver over mTLS, the API server (own instance, audit webhook configured)
 // posts to it, and every commit names the user who made the change.
+// configMapAuditPolicy logs writes to ConfigMaps with their responses, and nothing else.
+const configMapAuditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+- level: RequestResponse
+  verbs: ["create", "update", "patch", "delete", "deletecollection"]
+  resources: [{group: "", resources: ["configmaps"]}]
+- level: None
+`
+
 func TestManagerAttributesCommits(t *testing.T) {
 	ip := testenv.LoopbackIP()
 	port, err := servers.FreePort(ip)
@@ -35,39 +42,11 @@ func TestManagerAttributesCommits(t *testing.T) {
 	}
 	addr := net.JoinHostPort(ip, strconv.Itoa(port))
 	certs := testenv.NewMTLS(t, "kube-apiserver", ip)
-	dir := t.TempDir()
-	policy, kubeconfig := filepath.Join(dir, "policy.yaml"), filepath.Join(dir, "webhook.kubeconfig")
-	b64 := base64.StdEncoding.EncodeToString
-	files := map[string]string{
-		policy: `apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: ["RequestReceived", "ResponseStarted"]
-rules:
-- level: RequestResponse
-  verbs: ["create", "update", "patch", "delete", "deletecollection"]
-  resources: [{group: "", resources: ["configmaps"]}]
-- level: None
-`,
-		kubeconfig: fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters: [{name: a, cluster: {server: "https://%s%sprod", certificate-authority-data: %s}}]
-users: [{name: a, user: {client-certificate-data: %s, client-key-data: %s}}]
-contexts: [{name: a, context: {cluster: a, user: a}}]
-current-context: a
-`, addr, audit.PathPrefix, b64(certs.CAPEM), b64(certs.ClientCertPEM), b64(certs.ClientKeyPEM)),
+	aw, err := servers.WriteAuditWebhook(t.TempDir(), "https://"+addr+audit.PathPrefix+"prod", certs.MTLS, configMapAuditPolicy)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for p, body := range files {
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c := testenv.NewAPIServer(t, servers.APIServerOptions{Configure: func(env *envtest.Environment) {
-		args := env.ControlPlane.GetAPIServer().Configure()
-		args.Set("audit-policy-file", policy)
-		args.Set("audit-webhook-config-file", kubeconfig)
-		args.Set("audit-webhook-batch-max-wait", "1s")
-		args.Set("audit-webhook-initial-backoff", "200ms")
-	}})
+	c := testenv.NewAPIServer(t, servers.APIServerOptions{Configure: aw.Configure})
 	redis := testenv.Redis(t, servers.RedisOptions{})
 	f := newFixture(t, c)
 	runManager(t, c, mirror.Options{RedisAddr: redis.Addr, RedisKeyPrefix: "attr", Attribution: attribution.Options{

@@ -2,11 +2,8 @@ package attribution_test
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"sort"
 	"sync"
 	"testing"
@@ -99,39 +96,11 @@ func startAuditedCluster(t testing.TB, route string) *auditedCluster {
 	go func() { defer close(done); _ = rcv.Start(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
-	dir := t.TempDir()
-	policy := filepath.Join(dir, "audit-policy.yaml")
-	kubeconfig := filepath.Join(dir, "audit-webhook.kubeconfig")
-	b64 := base64.StdEncoding.EncodeToString
-	webhookConfig := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: siteops-audit
-  cluster:
-    server: https://%s%s%s
-    certificate-authority-data: %s
-users:
-- name: kube-apiserver
-  user:
-    client-certificate-data: %s
-    client-key-data: %s
-contexts:
-- name: default
-  context: {cluster: siteops-audit, user: kube-apiserver}
-current-context: default
-`, l.Addr().String(), audit.PathPrefix, route, b64(certs.CAPEM), b64(certs.ClientCertPEM), b64(certs.ClientKeyPEM))
-	for p, body := range map[string]string{policy: auditPolicy, kubeconfig: webhookConfig} {
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
+	aw, err := servers.WriteAuditWebhook(t.TempDir(), "https://"+l.Addr().String()+audit.PathPrefix+route, certs.MTLS, auditPolicy)
+	if err != nil {
+		t.Fatal(err)
 	}
-	ac.c = testenv.NewAPIServer(t, servers.APIServerOptions{Configure: func(env *envtest.Environment) {
-		args := env.ControlPlane.GetAPIServer().Configure()
-		args.Set("audit-policy-file", policy)
-		args.Set("audit-webhook-config-file", kubeconfig)
-		args.Set("audit-webhook-batch-max-wait", "1s")
-		args.Set("audit-webhook-initial-backoff", "200ms")
-	}})
+	ac.c = testenv.NewAPIServer(t, servers.APIServerOptions{Configure: aw.Configure})
 	return ac
 }
 
