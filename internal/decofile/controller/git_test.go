@@ -1,9 +1,6 @@
 package controller_test
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,35 +14,6 @@ import (
 	"github.com/siteops/siteops/internal/testenv"
 )
 
-func gitCmd(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com", "GIT_TERMINAL_PROMPT=0")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-func commitAndPush(t *testing.T, dir, pushURL string, files map[string]string) string {
-	t.Helper()
-	for p, c := range files {
-		full := filepath.Join(dir, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	gitCmd(t, dir, "add", "-A")
-	gitCmd(t, dir, "commit", "-q", "-m", "change")
-	gitCmd(t, dir, "push", "-q", pushURL, "main")
-	return gitCmd(t, dir, "rev-parse", "HEAD")
-}
-
 func TestGitSourcePicksUpPushes(t *testing.T) {
 	e := start(t)
 	remote := testenv.GitRemote(t, servers.GitRemoteOptions{Username: "deploy", Password: "pw"})
@@ -55,8 +23,8 @@ func TestGitSourcePicksUpPushes(t *testing.T) {
 	}
 	push := strings.Replace(url, "http://", "http://deploy:pw@", 1)
 	work := t.TempDir()
-	gitCmd(t, work, "init", "-q", "-b", "main")
-	first := commitAndPush(t, work, push, map[string]string{"site/blocks/Home%20Page.json": `{"v":1}`, "site/blocksX/x.json": `{}`})
+	testenv.Git(t, work, "init", "-q", "-b", "main")
+	first := pushFiles(t, work, push, map[string]string{"site/blocks/Home%20Page.json": `{"v":1}`, "site/blocksX/x.json": `{}`})
 
 	ns := e.c.Namespace(t, "git", nil)
 	e.create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds", Namespace: ns}, StringData: map[string]string{"username": "deploy", "password": "pw"}})
@@ -71,7 +39,7 @@ func TestGitSourcePicksUpPushes(t *testing.T) {
 		t.Fatalf("decofile.json %s", got)
 	}
 
-	second := commitAndPush(t, work, push, map[string]string{"site/blocks/Home%20Page.json": `{"v":2}`})
+	second := pushFiles(t, work, push, map[string]string{"site/blocks/Home%20Page.json": `{"v":2}`})
 	e.waitReady(t, ns, "site", metav1.ConditionTrue, "", func(d *decov1.Decofile) error {
 		if d.Status.GitHubCommit != second {
 			return errorf("still at %s", d.Status.GitHubCommit)
@@ -94,4 +62,12 @@ func TestGitSourcePicksUpPushes(t *testing.T) {
 	if got := e.configMap(t, ns, "site").Data[decov1.KeyJSON]; got != `{"Home Page":{"v":2}}` {
 		t.Fatalf("content lost after a failure: %s", got)
 	}
+}
+
+// pushFiles commits files in the work tree and pushes main to pushURL.
+func pushFiles(t *testing.T, work, pushURL string, files map[string]string) string {
+	t.Helper()
+	sha := testenv.CommitFiles(t, work, "change", files)
+	testenv.Git(t, work, "push", "-q", pushURL, "main")
+	return sha
 }

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,34 +31,6 @@ import (
 	"github.com/siteops/siteops/internal/testenv"
 	"github.com/siteops/siteops/pkg/siteruntime"
 )
-
-func gitCmd(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com", "GIT_TERMINAL_PROMPT=0")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-func commitAndPush(t *testing.T, dir, pushURL string, files map[string]string) {
-	t.Helper()
-	for p, content := range files {
-		full := filepath.Join(dir, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	gitCmd(t, dir, "add", "-A")
-	gitCmd(t, dir, "commit", "-q", "-m", "change")
-	gitCmd(t, dir, "push", "-q", pushURL, "main")
-}
 
 func merged(t *testing.T, blocks map[string]string) []byte {
 	t.Helper()
@@ -215,9 +186,10 @@ func TestTooLargeForConfigMapDeliversToS3(t *testing.T) {
 	}
 	big := `{"html":"` + base64.StdEncoding.EncodeToString(noise) + `"}`
 	work := t.TempDir()
-	gitCmd(t, work, "init", "-q", "-b", "main")
-	gitCmd(t, work, "config", "http.postBuffer", "16777216") // one request: the remote is plain http-backend
-	commitAndPush(t, work, repoURL, map[string]string{"blocks/posts.json": big, "blocks/site.json": `{"name":"blog"}`})
+	testenv.Git(t, work, "init", "-q", "-b", "main")
+	testenv.Git(t, work, "config", "http.postBuffer", "16777216") // one request: the remote is plain http-backend
+	testenv.CommitFiles(t, work, "change", map[string]string{"blocks/posts.json": big, "blocks/site.json": `{"name":"blog"}`})
+	testenv.Git(t, work, "push", "-q", repoURL, "main")
 	want := merged(t, map[string]string{"posts": big, "site": `{"name":"blog"}`})
 
 	df := &decov1.Decofile{

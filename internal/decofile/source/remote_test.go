@@ -5,9 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -94,33 +91,6 @@ func TestGitHubErrors(t *testing.T) {
 	wantReason(t, err, ReasonLimitExceeded, "archive bytes")
 }
 
-func commit(t *testing.T, dir, msg string, files map[string]string) {
-	t.Helper()
-	for p, c := range files {
-		full := filepath.Join(dir, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	runGit(t, dir, "add", "-A")
-	runGit(t, dir, "commit", "-q", "-m", msg)
-}
-
-func runGit(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com", "GIT_TERMINAL_PROMPT=0")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
 func TestGitRemote(t *testing.T) {
 	remote := testenv.GitRemote(t, servers.GitRemoteOptions{Username: "bot", Password: "pw"})
 	url, err := remote.CreateRepo("site", "main")
@@ -129,14 +99,14 @@ func TestGitRemote(t *testing.T) {
 	}
 	work := t.TempDir()
 	authURL := strings.Replace(url, "http://", "http://bot:pw@", 1)
-	runGit(t, work, "init", "-q", "-b", "main")
-	commit(t, work, "one", map[string]string{".deco/blocks/a%20b.json": `{"v":1}`, ".deco/blocksX/no.json": `{}`})
-	runGit(t, work, "push", "-q", authURL, "main")
-	first := runGit(t, work, "rev-parse", "HEAD")
-	commit(t, work, "two", map[string]string{".deco/blocks/a%20b.json": `{"v":2}`, ".deco/blocks/sub/c.json": `[]`})
-	runGit(t, work, "tag", "v2")
-	runGit(t, work, "push", "-q", authURL, "main", "v2")
-	second := runGit(t, work, "rev-parse", "HEAD")
+	testenv.Git(t, work, "init", "-q", "-b", "main")
+	testenv.CommitFiles(t, work, "one", map[string]string{".deco/blocks/a%20b.json": `{"v":1}`, ".deco/blocksX/no.json": `{}`})
+	testenv.Git(t, work, "push", "-q", authURL, "main")
+	first := testenv.Git(t, work, "rev-parse", "HEAD")
+	testenv.CommitFiles(t, work, "two", map[string]string{".deco/blocks/a%20b.json": `{"v":2}`, ".deco/blocks/sub/c.json": `[]`})
+	testenv.Git(t, work, "tag", "v2")
+	testenv.Git(t, work, "push", "-q", authURL, "main", "v2")
+	second := testenv.Git(t, work, "rev-parse", "HEAD")
 
 	g := &Git{}
 	auth := &GitAuth{Username: "bot", Password: "pw"}
