@@ -3,6 +3,7 @@ package mirror
 import (
 	"context"
 	"errors"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -11,6 +12,10 @@ import (
 	"github.com/siteops/siteops/internal/mirror/gitwriter"
 )
 
+// closeTimeout bounds one CommitRequest's wait for its commit: a push round takes at most about
+// two minutes (push and fetch each time out after one).
+const closeTimeout = 3 * time.Minute
+
 // windowCloser serves CommitRequests with the engine's writers.
 type windowCloser struct{ eng *engine.Engine }
 
@@ -18,6 +23,10 @@ type windowCloser struct{ eng *engine.Engine }
 // the leader yet, not applied yet, or its writer just restarted) is ErrTargetNotRunning, which
 // the CommitRequest controller retries.
 func (c windowCloser) CloseWindow(ctx context.Context, target types.NamespacedName, message string, author *gitwriter.Signature) (commitrequest.Closed, error) {
+	// A writer that cannot reach its remote must not hold a reconcile worker forever; the
+	// request is retried, and a push that still lands shows up as NothingPending then.
+	ctx, cancel := context.WithTimeout(ctx, closeTimeout)
+	defer cancel()
 	res, err := c.eng.CloseWindow(ctx, target, message, author)
 	if errors.Is(err, engine.ErrNotStarted) || errors.Is(err, engine.ErrUnknownTarget) || errors.Is(err, gitwriter.ErrWriterStopped) {
 		return commitrequest.Closed{}, errors.Join(commitrequest.ErrTargetNotRunning, err)
