@@ -17,7 +17,12 @@ import (
 const closeTimeout = 3 * time.Minute
 
 // windowCloser serves CommitRequests with the engine's writers.
-type windowCloser struct{ eng *engine.Engine }
+type windowCloser struct {
+	eng *engine.Engine
+	// settle, when set, waits until the target's watch events that wait for their authors have
+	// reached the writer, so the window holds the changes made just before the request.
+	settle func(context.Context, types.NamespacedName)
+}
 
 // CloseWindow closes target's window through its writer; a target the engine does not run (not
 // the leader yet, not applied yet, or its writer just restarted) is ErrTargetNotRunning, which
@@ -27,6 +32,9 @@ func (c windowCloser) CloseWindow(ctx context.Context, target types.NamespacedNa
 	// request is retried, and a push that still lands shows up as NothingPending then.
 	ctx, cancel := context.WithTimeout(ctx, closeTimeout)
 	defer cancel()
+	if c.settle != nil {
+		c.settle(ctx, target)
+	}
 	res, err := c.eng.CloseWindow(ctx, target, message, author)
 	if errors.Is(err, engine.ErrNotStarted) || errors.Is(err, engine.ErrUnknownTarget) || errors.Is(err, gitwriter.ErrWriterStopped) {
 		return commitrequest.Closed{}, errors.Join(commitrequest.ErrTargetNotRunning, err)

@@ -162,7 +162,7 @@ func SetupWithEngine(mgr ctrl.Manager, o Options) (*engine.Engine, error) {
 	}
 	// CommitRequests: the submitter is recorded at admission in Redis (independent of
 	// --author-attribution); without Redis no webhook is served and the committer authors them.
-	cro := commitrequest.Options{Closer: windowCloser{eng}, Identity: attribution.Identity{NoreplyDomain: o.Attribution.NoreplyDomain}}
+	cro := commitrequest.Options{Closer: windowCloser{eng: eng, settle: resolver.Settle}, Identity: attribution.Identity{NoreplyDomain: o.Attribution.NoreplyDomain}}
 	switch {
 	case !o.CommitRequestWebhook:
 	case redisStore != nil:

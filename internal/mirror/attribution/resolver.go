@@ -76,6 +76,10 @@ type Resolver struct {
 
 	wakeMu sync.Mutex
 	wake   chan struct{}
+
+	// streams are the ordering domains of each GitTarget's watches, for Settle.
+	streamsMu sync.Mutex
+	streams   map[types.NamespacedName]map[streamID]*Stream
 }
 
 // New returns a Resolver for cfg.

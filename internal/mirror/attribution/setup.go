@@ -124,11 +124,12 @@ func Setup(mgr ctrl.Manager, st *store.RedisStore, o Options) (*Resolver, error)
 // ConfigureStream routes one watch stream through the resolver: live object events wait for
 // their authors concurrently, and everything else keeps its order with them. It has the shape
 // of the mirror engine's StreamHook; with attribution off it changes nothing.
-func (r *Resolver) ConfigureStream(_ types.NamespacedName, _ string, cfg *watch.Config) {
+func (r *Resolver) ConfigureStream(target types.NamespacedName, _ string, cfg *watch.Config) {
 	if !r.Enabled() {
 		return
 	}
 	s := r.NewStream(cfg.Sink, cfg.GVR)
+	r.track(target, streamID{cfg.GVR, cfg.Namespace}, s)
 	cfg.Sink = s
 	cfg.SubmitEvent = func(ctx context.Context, op gitwriter.Op, uid types.UID, rv string, exactCapable bool) error {
 		return s.EnqueueEvent(ctx, op, Event{UID: uid, RV: rv, ExactCapable: exactCapable})
