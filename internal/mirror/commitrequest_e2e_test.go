@@ -115,6 +115,20 @@ func TestCommitRequestWithoutWebhook(t *testing.T) {
 	if got.Status.Commit != "" || f.commits() != before {
 		t.Fatalf("an empty window made a commit: %+v, %d commits (was %d)", got.Status, f.commits(), before)
 	}
+
+	// A GitTarget the engine does not run: the request says so and is retried.
+	f.create(t, &mirrorv1alpha1.CommitRequest{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "lost"},
+		Spec: mirrorv1alpha1.CommitRequestSpec{TargetRef: mirrorv1alpha1.TargetReference{Name: "missing"}, Message: "m"}})
+	testenv.Eventually(t, 30*time.Second, func() error {
+		var cr mirrorv1alpha1.CommitRequest
+		if err := f.c.Client.Get(context.Background(), types.NamespacedName{Namespace: f.ns, Name: "lost"}, &cr); err != nil {
+			return err
+		}
+		if c := meta.FindStatusCondition(cr.Status.Conditions, mirrorv1alpha1.ConditionCommitted); c == nil || c.Status != metav1.ConditionFalse || c.Reason != mirrorv1alpha1.ReasonTargetNotFound {
+			return fmt.Errorf("Committed = %+v", c)
+		}
+		return nil
+	})
 }
 
 func userClient(t *testing.T, c *testenv.Cluster, name string) client.Client {
