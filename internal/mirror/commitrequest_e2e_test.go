@@ -2,7 +2,11 @@ package mirror_test
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
+	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,6 +26,8 @@ import (
 
 	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
 	"github.com/siteops/siteops/internal/mirror"
+	"github.com/siteops/siteops/internal/mirror/attribution"
+	"github.com/siteops/siteops/internal/mirror/audit"
 	"github.com/siteops/siteops/internal/mirror/commitrequest"
 	"github.com/siteops/siteops/internal/mirror/engine"
 	"github.com/siteops/siteops/internal/scheme"
@@ -194,4 +200,113 @@ func waitRequest(t *testing.T, f *fixture, name, reason string) *mirrorv1alpha1.
 		return nil
 	})
 	return &cr
+}
+
+// TestCommitRequestAfterAttributedChange: with author attribution on, a change waits for its
+// audit fact before it reaches the writer; a CommitRequest made right after the change still
+// commits it, authored by the submitter who made it.
+func TestCommitRequestAfterAttributedChange(t *testing.T) {
+	ip := testenv.LoopbackIP()
+	auditPort, err := servers.FreePort(ip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hookPort, err := servers.FreePort("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort(ip, strconv.Itoa(auditPort))
+	certs := testenv.NewMTLS(t, "kube-apiserver", ip)
+	dir := t.TempDir()
+	policy, kubeconfig := filepath.Join(dir, "policy.yaml"), filepath.Join(dir, "webhook.kubeconfig")
+	b64 := base64.StdEncoding.EncodeToString
+	for p, body := range map[string]string{
+		policy: `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+- level: RequestResponse
+  verbs: ["create", "update", "patch", "delete", "deletecollection"]
+  resources: [{group: "", resources: ["configmaps"]}]
+- level: None
+`,
+		kubeconfig: fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: a, cluster: {server: "https://%s%sprod", certificate-authority-data: %s}}]
+users: [{name: a, user: {client-certificate-data: %s, client-key-data: %s}}]
+contexts: [{name: a, context: {cluster: a, user: a}}]
+current-context: a
+`, addr, audit.PathPrefix, b64(certs.CAPEM), b64(certs.ClientCertPEM), b64(certs.ClientKeyPEM)),
+	} {
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vwc := commitrequest.WebhookConfiguration(commitrequest.URLClientConfig("https://127.0.0.1:"+strconv.Itoa(hookPort), nil))
+	c := testenv.NewAPIServer(t, servers.APIServerOptions{
+		Webhooks: envtest.WebhookInstallOptions{LocalServingHost: "127.0.0.1", LocalServingPort: hookPort,
+			ValidatingWebhooks: []*admissionregistrationv1.ValidatingWebhookConfiguration{vwc}},
+		Configure: func(env *envtest.Environment) {
+			args := env.ControlPlane.GetAPIServer().Configure()
+			args.Set("audit-policy-file", policy)
+			args.Set("audit-webhook-config-file", kubeconfig)
+			args.Set("audit-webhook-batch-max-wait", "1s")
+			args.Set("audit-webhook-initial-backoff", "200ms")
+		},
+	})
+	redis := testenv.Redis(t, servers.RedisOptions{})
+	f := newFixture(t, c)
+	wio := c.Env.WebhookInstallOptions
+	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
+		Scheme:                 scheme.New(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr(true)},
+		WebhookServer:          webhook.NewServer(webhook.Options{Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := mirror.SetupWithEngine(mgr, mirror.Options{RedisAddr: redis.Addr, RedisKeyPrefix: "cmdattr", CommitRequestWebhook: true,
+		Attribution: attribution.Options{Enabled: true, Grace: 4 * time.Second, FactTTL: time.Minute, Route: "prod",
+			ListenAddress: addr, CertDir: certs.CertDir, ClientCAFile: certs.CAFile}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager stopped with %v", err)
+		}
+	})
+	testenv.Eventually(t, 30*time.Second, func() error { return mgr.GetWebhookServer().StartedChecker()(nil) })
+
+	f.target(t, "site", "site", time.Hour, "")
+	f.watchRule(t, "cms", "site", cmRule())
+	target := types.NamespacedName{Namespace: f.ns, Name: "site"}
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if st, ok := eng.Status(target); !ok || st.Streams == 0 {
+			return fmt.Errorf("target not running: %+v", st)
+		}
+		return nil
+	})
+	dave := userClient(t, c, "dave")
+	if err := dave.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: f.ns}, Data: map[string]string{"color": "red"}}); err != nil {
+		t.Fatal(err)
+	}
+	// At once: the change's audit fact is still in the API server's batch.
+	if err := dave.Create(ctx, &mirrorv1alpha1.CommitRequest{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "release"},
+		Spec: mirrorv1alpha1.CommitRequestSpec{TargetRef: mirrorv1alpha1.TargetReference{Name: "site"}, Message: "Release 3"}}); err != nil {
+		t.Fatal(err)
+	}
+	cr := waitRequest(t, f, "release", mirrorv1alpha1.ReasonPushed)
+	if got := f.git(t, "log", "-1", "--format=%H | %an | %B", "main"); got != cr.Status.Commit+" | dave | Release 3" {
+		t.Fatalf("commit = %q, status %+v", got, cr.Status)
+	}
+	if files := f.git(t, "show", "--format=", "--name-only", "main"); files != "site/"+f.ns+"/core/configmaps/app.yaml" {
+		t.Fatalf("commit files = %q", files)
+	}
 }
