@@ -2,11 +2,8 @@ package mirror_test
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -217,42 +214,15 @@ func TestCommitRequestAfterAttributedChange(t *testing.T) {
 	}
 	addr := net.JoinHostPort(ip, strconv.Itoa(auditPort))
 	certs := testenv.NewMTLS(t, "kube-apiserver", ip)
-	dir := t.TempDir()
-	policy, kubeconfig := filepath.Join(dir, "policy.yaml"), filepath.Join(dir, "webhook.kubeconfig")
-	b64 := base64.StdEncoding.EncodeToString
-	for p, body := range map[string]string{
-		policy: `apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: ["RequestReceived", "ResponseStarted"]
-rules:
-- level: RequestResponse
-  verbs: ["create", "update", "patch", "delete", "deletecollection"]
-  resources: [{group: "", resources: ["configmaps"]}]
-- level: None
-`,
-		kubeconfig: fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters: [{name: a, cluster: {server: "https://%s%sprod", certificate-authority-data: %s}}]
-users: [{name: a, user: {client-certificate-data: %s, client-key-data: %s}}]
-contexts: [{name: a, context: {cluster: a, user: a}}]
-current-context: a
-`, addr, audit.PathPrefix, b64(certs.CAPEM), b64(certs.ClientCertPEM), b64(certs.ClientKeyPEM)),
-	} {
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
+	aw, err := servers.WriteAuditWebhook(t.TempDir(), "https://"+addr+audit.PathPrefix+"prod", certs.MTLS, configMapAuditPolicy)
+	if err != nil {
+		t.Fatal(err)
 	}
 	vwc := commitrequest.WebhookConfiguration(commitrequest.URLClientConfig("https://127.0.0.1:"+strconv.Itoa(hookPort), nil))
 	c := testenv.NewAPIServer(t, servers.APIServerOptions{
 		Webhooks: envtest.WebhookInstallOptions{LocalServingHost: "127.0.0.1", LocalServingPort: hookPort,
 			ValidatingWebhooks: []*admissionregistrationv1.ValidatingWebhookConfiguration{vwc}},
-		Configure: func(env *envtest.Environment) {
-			args := env.ControlPlane.GetAPIServer().Configure()
-			args.Set("audit-policy-file", policy)
-			args.Set("audit-webhook-config-file", kubeconfig)
-			args.Set("audit-webhook-batch-max-wait", "1s")
-			args.Set("audit-webhook-initial-backoff", "200ms")
-		},
+		Configure: aw.Configure,
 	})
 	redis := testenv.Redis(t, servers.RedisOptions{})
 	f := newFixture(t, c)
