@@ -98,7 +98,7 @@ func runWithChartRBAC(t *testing.T, c *testenv.Cluster, doc string, more func(co
 	testenv.Eventually(t, 30*time.Second, func() error {
 		select {
 		case err := <-done:
-			return fmt.Errorf("manager stopped: %v", err)
+			return fmt.Errorf("manager stopped: %w", err)
 		default:
 		}
 		var cm corev1.ConfigMap

@@ -87,7 +87,9 @@ func Run(ctx context.Context, o devenv.Options, steps []Step, out io.Writer) (er
 	for _, s := range steps[len(results):] {
 		fmt.Fprintf(tw, "%s\t%s\t-\t\n", s.Name, "not run")
 	}
-	tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return errors.Join(failed, err)
+	}
 	return failed
 }
 

@@ -32,7 +32,7 @@ func tenantACL(namespace string) func(context.Context, *devenv.Env, io.Writer) (
 		if err := waitFor(ctx, time.Minute, func() error {
 			return env.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: decov1alpha1.ValkeyACLSecretName}, secret)
 		}); err != nil {
-			return "", fmt.Errorf("Secret %s: %w", decov1alpha1.ValkeyACLSecretName, err)
+			return "", fmt.Errorf("secret %s: %w", decov1alpha1.ValkeyACLSecretName, err)
 		}
 		user := string(secret.Data[decov1alpha1.ValkeyACLUsernameKey])
 		pass := string(secret.Data[decov1alpha1.ValkeyACLPasswordKey])
@@ -46,7 +46,7 @@ func tenantACL(namespace string) func(context.Context, *devenv.Env, io.Writer) (
 			var denied error
 			if err == nil {
 				if denied = c.FlushAll(ctx).Err(); denied == nil || !strings.Contains(denied.Error(), "NOPERM") {
-					err = fmt.Errorf("FLUSHALL as tenant %s on %s was not refused: %v", user, addr, denied)
+					err = fmt.Errorf("FLUSHALL as tenant %s on %s was not refused: %w", user, addr, denied)
 				}
 			}
 			c.Close()

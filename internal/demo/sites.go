@@ -94,7 +94,7 @@ func (s *site) gitSourcedDecofile(ctx context.Context, env *devenv.Env, out io.W
 			return err
 		}
 		if !meta.IsStatusConditionTrue(df.Status.Conditions, decov1alpha1.ConditionReady) || df.Status.GitHubCommit != head {
-			return fmt.Errorf("Decofile not Ready at commit %s: %+v", head, df.Status.Conditions)
+			return fmt.Errorf("decofile not Ready at commit %s: %+v", head, df.Status.Conditions)
 		}
 		return nil
 	}); err != nil {
@@ -380,7 +380,7 @@ func (s *site) flipTargets(ctx context.Context, env *devenv.Env, out io.Writer) 
 			}
 			c := meta.FindStatusCondition(df.Status.Conditions, decov1alpha1.ConditionReady)
 			if df.Status.ObservedGeneration != df.Generation || c == nil || c.Status != metav1.ConditionTrue || c.Reason != reason {
-				return fmt.Errorf("Decofile not Ready with reason %s: %+v", reason, c)
+				return fmt.Errorf("decofile not Ready with reason %s: %+v", reason, c)
 			}
 			return nil
 		})
@@ -407,7 +407,7 @@ func (s *site) flipTargets(ctx context.Context, env *devenv.Env, out io.Writer) 
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if err != nil || resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("anonymous GET %s: %s %v", objectURL, resp.Status, err)
+		return "", fmt.Errorf("anonymous GET %s: %s: %w", objectURL, resp.Status, err)
 	}
 	if !strings.Contains(string(body), "Winter sale & more") {
 		return "", fmt.Errorf("object at %s does not hold the current content", df.Status.S3URL)

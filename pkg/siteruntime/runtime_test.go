@@ -180,7 +180,7 @@ func TestLongPoll(t *testing.T) {
 	}
 	srv := httptest.NewServer(rt.Handler())
 	defer srv.Close()
-	get := func(ts int64, file string) (*http.Response, time.Duration) {
+	get := func(ts int64, file string) (int, time.Duration) {
 		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/.decofile/reload?timestamp=%d&tsFile=%s", srv.URL, ts, url.QueryEscape(file)), nil)
 		req.Header.Set("Authorization", "Token "+token)
 		start := time.Now()
@@ -189,25 +189,25 @@ func TestLongPoll(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		return resp, time.Since(start)
+		return resp.StatusCode, time.Since(start)
 	}
-	if resp, _ := get(100, "/etc/passwd"); resp.StatusCode != http.StatusBadRequest {
-		t.Fatalf("other file: %d", resp.StatusCode)
+	if code, _ := get(100, "/etc/passwd"); code != http.StatusBadRequest {
+		t.Fatalf("other file: %d", code)
 	}
 	go func() {
 		time.Sleep(300 * time.Millisecond)
 		writeFile(t, filepath.Join(dir, "decofile.json"), `{"v":2}`)
 		writeFile(t, tsFile, "200")
 	}()
-	resp, took := get(200, tsFile)
-	if resp.StatusCode != http.StatusOK || took < 250*time.Millisecond {
-		t.Fatalf("code %d after %s", resp.StatusCode, took)
+	code, took := get(200, tsFile)
+	if code != http.StatusOK || took < 250*time.Millisecond {
+		t.Fatalf("code %d after %s", code, took)
 	}
 	if snap := rt.Current(); string(snap.Decofile) != `{"v":2}` || snap.Timestamp != 200 || snap.Source != SourceLongPoll {
 		t.Fatalf("snapshot %+v", snap)
 	}
-	resp, took = get(300, tsFile)
-	if resp.StatusCode != http.StatusRequestTimeout || took < 2*time.Second {
-		t.Fatalf("timeout: code %d after %s", resp.StatusCode, took)
+	code, took = get(300, tsFile)
+	if code != http.StatusRequestTimeout || took < 2*time.Second {
+		t.Fatalf("timeout: code %d after %s", code, took)
 	}
 }

@@ -90,5 +90,5 @@ type CommitRequestList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&CommitRequest{}, &CommitRequestList{})
+	register(&CommitRequest{}, &CommitRequestList{})
 }

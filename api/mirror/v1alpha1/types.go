@@ -304,6 +304,6 @@ type ClusterWatchRuleList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&GitProvider{}, &GitProviderList{}, &GitTarget{}, &GitTargetList{},
+	register(&GitProvider{}, &GitProviderList{}, &GitTarget{}, &GitTargetList{},
 		&WatchRule{}, &WatchRuleList{}, &ClusterWatchRule{}, &ClusterWatchRuleList{})
 }

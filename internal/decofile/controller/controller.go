@@ -471,7 +471,7 @@ func (r *Reconciler) secretValue(ctx context.Context, ns, name, key, field strin
 	}
 	v := strings.TrimSpace(string(s.Data[key]))
 	if v == "" {
-		return "", &source.Error{Reason: source.ReasonCredentials, Err: fmt.Errorf("Secret %s named by %s has no %q key", name, field, key)}
+		return "", &source.Error{Reason: source.ReasonCredentials, Err: fmt.Errorf("secret %s named by %s has no %q key", name, field, key)}
 	}
 	return v, nil
 }
@@ -480,7 +480,7 @@ func (r *Reconciler) secret(ctx context.Context, ns, name, field string) (*corev
 	var s corev1.Secret
 	if err := r.reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, &source.Error{Reason: source.ReasonCredentials, Err: fmt.Errorf("Secret %s named by %s does not exist in namespace %s", name, field, ns)}
+			return nil, &source.Error{Reason: source.ReasonCredentials, Err: fmt.Errorf("secret %s named by %s does not exist in namespace %s", name, field, ns)}
 		}
 		return nil, &source.Error{Reason: source.ReasonUnavailable, Transient: true, Err: fmt.Errorf("read Secret %s: %w", name, err)}
 	}
@@ -504,7 +504,7 @@ func (r *Reconciler) gitAuth(ctx context.Context, df *decov1.Decofile) (*source.
 		KnownHosts:  s.Data["known_hosts"],
 	}
 	if a.Username == "" && a.Password == "" && a.BearerToken == "" && len(a.Identity) == 0 {
-		return nil, &source.Error{Reason: source.ReasonCredentials, Err: fmt.Errorf("Secret %s named by spec.git.secretRef has none of username/password, bearerToken or identity", ref.Name)}
+		return nil, &source.Error{Reason: source.ReasonCredentials, Err: fmt.Errorf("secret %s named by spec.git.secretRef has none of username/password, bearerToken or identity", ref.Name)}
 	}
 	return a, nil
 }

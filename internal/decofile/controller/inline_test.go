@@ -82,7 +82,7 @@ func TestInlineSmallThenLarge(t *testing.T) {
 	s2 := df2.Status
 	if s2.Format != decov1.FormatBin || s2.ContentHash != encode.Hash(wantLarge) || s2.RawBytes != int64(len(wantLarge)) ||
 		s2.StoredBytes != int64(len(cm.Data[decov1.KeyBin])) || s2.Timestamp <= s.Timestamp ||
-		cm.Data[decov1.KeyTimestamp] != strconv.FormatInt(s2.Timestamp, 10) || !s2.LastUpdated.After(s.LastUpdated.Time.Add(-time.Second)) {
+		cm.Data[decov1.KeyTimestamp] != strconv.FormatInt(s2.Timestamp, 10) || !s2.LastUpdated.After(s.LastUpdated.Add(-time.Second)) {
 		t.Fatalf("status after the large update %+v (before: %+v)", s2, s)
 	}
 }

@@ -74,7 +74,8 @@ func Evaluate(df *decov1alpha1.Decofile, want string) Verdict {
 	if about {
 		v.Rollout = ro
 	}
-	if cond == nil || !(about || strings.HasSuffix(cond.Message, " "+want) || strings.Contains(cond.Message, " "+want+": ")) {
+	mentioned := cond != nil && (about || strings.HasSuffix(cond.Message, " "+want) || strings.Contains(cond.Message, " "+want+": "))
+	if !mentioned {
 		v.Message = fmt.Sprintf("waiting for the rollout of %s to start", want)
 		if cur := decov1alpha1.RolloutID(&df.Status); df.Status.ContentHash != "" && cur != want {
 			v.Message += fmt.Sprintf(" (stored content is %s)", cur)
@@ -116,7 +117,7 @@ func Wait(ctx context.Context, c client.WithWatch, key client.ObjectKey, want st
 				return last, ctx.Err()
 			}
 			if apierrors.IsNotFound(err) {
-				return last, fmt.Errorf("Decofile %s not found", key)
+				return last, fmt.Errorf("decofile %s not found", key)
 			}
 			return last, fmt.Errorf("read Decofile %s: %w", key, err)
 		}
@@ -162,7 +163,7 @@ func watchFrom(ctx context.Context, c client.WithWatch, key client.ObjectKey, rv
 					return true, nil
 				}
 			case watch.Deleted:
-				return false, fmt.Errorf("Decofile %s was deleted while waiting", key)
+				return false, fmt.Errorf("decofile %s was deleted while waiting", key)
 			case watch.Error:
 				status := apierrors.FromObject(ev.Object)
 				var se apierrors.APIStatus

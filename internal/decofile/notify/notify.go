@@ -419,13 +419,13 @@ func (n *Notifier) send(ctx context.Context, r Rollout, src bodySource, pod Pod)
 	defer resp.Body.Close()
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-	switch code := resp.StatusCode; {
-	case code == http.StatusOK:
+	switch code := resp.StatusCode; code {
+	case http.StatusOK:
 		return code, nil
-	case code == http.StatusUnauthorized || code == http.StatusForbidden:
+	case http.StatusUnauthorized, http.StatusForbidden:
 		return code, permanentError{fmt.Errorf("HTTP %d: the pod rejected the reload token (its %s differs from the Decofile's reload Secret)",
 			code, decov1alpha1.EnvReloadToken)}
-	case code == http.StatusBadRequest || code == http.StatusNotFound || code == http.StatusMethodNotAllowed:
+	case http.StatusBadRequest, http.StatusNotFound, http.StatusMethodNotAllowed:
 		return code, permanentError{fmt.Errorf("HTTP %d: %s", code, bytes.TrimSpace(snippet))}
 	default:
 		return code, fmt.Errorf("HTTP %d: %s", code, bytes.TrimSpace(snippet))

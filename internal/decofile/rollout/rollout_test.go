@@ -207,7 +207,7 @@ func (e *env) sitePod(name string, o podOpts) *sitePod {
 		e.t.Fatal(err)
 	}
 	l := testenv.LoopbackListener(e.t)
-	var h http.Handler = rt.Handler()
+	h := rt.Handler()
 	if o.wrap != nil {
 		h = o.wrap(h)
 	}

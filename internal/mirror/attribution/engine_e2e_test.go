@@ -93,7 +93,7 @@ func TestMirrorCommitsByAuthor(t *testing.T) {
 		testenv.Eventually(t, 20*time.Second, func() error {
 			cs, err := gitLog(remote.RepoDir(repo), "main")
 			if err != nil || len(cs) == 0 {
-				return fmt.Errorf("%s: sentinel not committed yet: %v", repo, err)
+				return fmt.Errorf("%s: sentinel not committed yet: %w", repo, err)
 			}
 			return nil
 		})

@@ -271,7 +271,7 @@ func TestReceiverMutualTLS(t *testing.T) {
 	testenv.Eventually(t, 5*time.Second, func() error {
 		code, err := do(good, eventList(event("create", "alice", "u1", "5", nil)))
 		if err != nil || code != 200 {
-			return fmt.Errorf("status %d, %v", code, err)
+			return fmt.Errorf("status %d, %w", code, err)
 		}
 		return nil
 	})

@@ -2,6 +2,7 @@ package commitrequest_test
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -252,7 +253,7 @@ func testWebhookDown(t *testing.T, f *fixture) {
 	}
 	got := waitCondition(t, f.c.Client, client.ObjectKeyFromObject(cr), mirrorv1alpha1.ConditionAuthorAttributed, metav1.ConditionFalse, mirrorv1alpha1.ReasonCommitterFallback)
 	waitCondition(t, f.c.Client, client.ObjectKeyFromObject(cr), mirrorv1alpha1.ConditionCommitted, metav1.ConditionTrue, mirrorv1alpha1.ReasonPushed)
-	if _, err := f.raw.Get(ctx, "cr:author:v1:command:"+string(got.UID)).Result(); err != redis.Nil {
+	if _, err := f.raw.Get(ctx, "cr:author:v1:command:"+string(got.UID)).Result(); !errors.Is(err, redis.Nil) {
 		t.Fatalf("a record exists although the webhook was down: %v", err)
 	}
 	f.closer.mu.Lock()

@@ -338,8 +338,12 @@ func (a *AttributionIndex) RecordDeleteCollectionFacts(ctx context.Context, audi
 	if event.ResponseObject == nil || len(event.ResponseObject.Raw) == 0 {
 		return nil
 	}
+	// A response that is not a list names no items to attribute; the event is skipped, not failed.
 	var body listBody
-	if err := json.Unmarshal(event.ResponseObject.Raw, &body); err != nil || len(body.Items) == 0 {
+	if err := json.Unmarshal(event.ResponseObject.Raw, &body); err != nil {
+		return nil //nolint:nilerr // an unreadable response is skipped, see above
+	}
+	if len(body.Items) == 0 {
 		return nil
 	}
 	base, ok := factFromEvent(&event)

@@ -54,7 +54,7 @@ func TestNewPasswordIsRandomURLSafe(t *testing.T) {
 		t.Fatalf("passwords %q %q", a, b)
 	}
 	for _, r := range a {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+		if (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (r < '0' || r > '9') && r != '-' && r != '_' {
 			t.Fatalf("password %q is not URL-safe", a)
 		}
 	}

@@ -1,8 +1,6 @@
 package failover
 
 import (
-	"context"
-	"sync"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -33,26 +31,6 @@ func TestParseNodeEvent(t *testing.T) {
 	if _, ok := ParseNodeEvent("+slave", "garbage"); ok {
 		t.Fatal("garbage accepted")
 	}
-}
-
-type countingResyncer struct {
-	mu    sync.Mutex
-	all   int
-	nodes []string
-}
-
-func (r *countingResyncer) ResyncAll(context.Context, string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.all++
-	return nil
-}
-
-func (r *countingResyncer) ResyncNode(_ context.Context, _, addr string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.nodes = append(r.nodes, addr)
-	return nil
 }
 
 type counter struct{ n int }

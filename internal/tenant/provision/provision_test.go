@@ -2,6 +2,7 @@ package provision_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -184,7 +185,7 @@ func (e *env) userExists(ctx context.Context, addr, user string) (bool, error) {
 	c := e.admin(addr)
 	defer c.Close()
 	err := c.Do(ctx, "acl", "getuser", user).Err()
-	if err == redis.Nil {
+	if errors.Is(err, redis.Nil) {
 		return false, nil
 	}
 	return err == nil, err
@@ -467,7 +468,7 @@ func TestOptOutRemovesUserSecretAndFinalizer(t *testing.T) {
 			return fmt.Errorf("finalizer still present")
 		}
 		if _, err := e.secret(ns); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("secret still present: %v", err)
+			return fmt.Errorf("secret still present: %w", err)
 		}
 		return nil
 	})
@@ -598,7 +599,7 @@ func TestFailoverResyncsEveryTenantCountedOnce(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, func() error {
 		for _, u := range users {
 			if ok, err := e.userExists(ctx, e.set.Replicas[0].Addr, u); !ok {
-				return fmt.Errorf("user %s missing on the promoted replica: %v", u, err)
+				return fmt.Errorf("user %s missing on the promoted replica: %w", u, err)
 			}
 		}
 		return nil
