@@ -75,10 +75,15 @@ func TestMirrorsChangesIntoGit(t *testing.T) {
 			t.Errorf("excluded resource written: %s", p)
 		}
 	}
-	gt := f.waitCondition(t, "main", mirrorv1alpha1.ConditionReady, metav1.ConditionTrue, "Mirroring")
-	if gt.Status.SkippedSecrets != 1 || gt.Status.LastPushedCommit == "" || gt.Status.WatchedStreams < 3 {
-		t.Errorf("status: %+v", gt.Status)
-	}
+	// The status is written after the push it reports, so it may trail the files by a moment.
+	var gt *mirrorv1alpha1.GitTarget
+	testenv.Eventually(t, 30*time.Second, func() error {
+		gt = f.waitCondition(t, "main", mirrorv1alpha1.ConditionReady, metav1.ConditionTrue, "Mirroring")
+		if gt.Status.SkippedSecrets != 1 || gt.Status.LastPushedCommit == "" || gt.Status.WatchedStreams < 3 {
+			return fmt.Errorf("status: %+v", gt.Status)
+		}
+		return nil
+	})
 	var excluded []string
 	for _, e := range gt.Status.Excluded {
 		excluded = append(excluded, e.Resource)
