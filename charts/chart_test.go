@@ -795,3 +795,21 @@ func TestWebhooksPerPart(t *testing.T) {
 		})
 	}
 }
+
+// TestAuditReceiverService: with attribution on, the receiver's port is declared and a Service
+// reaches it; with it off (the default) neither is rendered.
+func TestAuditReceiverService(t *testing.T) {
+	m := render(t, "siteops", namespace, values(t, "flags:\n  author-attribution: true\n  redis-addr: redis:6379\n  audit-listen-address: \":9555\"\n"))
+	d := m.deployment(t)
+	if p := containerPort(d, "audit"); p != 9555 {
+		t.Fatalf("audit container port = %d, want 9555 from --audit-listen-address", p)
+	}
+	var svc corev1.Service
+	if !m.get(t, "Service", "siteops-audit", &svc) || !selects(svc.Spec.Selector, d.Spec.Template.Labels) || svc.Spec.Ports[0].TargetPort.String() != "audit" {
+		t.Fatalf("audit Service missing or not reaching the manager's audit port: %+v", svc.Spec)
+	}
+	off := render(t, "siteops", namespace, values(t, "{}"))
+	if off.get(t, "Service", "siteops-audit", nil) || containerPort(off.deployment(t), "audit") != -1 {
+		t.Error("attribution is off by default, yet the audit Service or port is rendered")
+	}
+}

@@ -109,3 +109,9 @@ app.kubernetes.io/component: manager
 {{- toString . -}}
 {{- end -}}
 {{- end -}}
+
+{{/* "true" when the mirror part runs its audit receiver (--author-attribution). */}}
+{{- define "siteops.auditReceiver" -}}
+{{- $flags := include "siteops.flags" . | fromJson -}}
+{{- if and (include "siteops.enabled" (dict "part" "mirror" "root" .)) (index $flags "author-attribution") -}}true{{- end -}}
+{{- end -}}
