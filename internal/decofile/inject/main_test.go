@@ -1,14 +1,10 @@
 package inject_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -65,28 +61,7 @@ func TestMain(m *testing.M) {
 // knativeServiceCRD fetches the Knative Serving module into the module cache and returns the
 // path of its Service CRD, so the tests run against the real schema without a committed copy.
 func knativeServiceCRD() (string, error) {
-	dir, err := os.MkdirTemp("", "knative-download-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(dir)
-	cmd := exec.Command("go", "mod", "download", "-json", knativeServing)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("go mod download %s: %w: %s", knativeServing, err, stderr.String())
-	}
-	var mod struct{ Dir, Error string }
-	if err := json.Unmarshal(out, &mod); err != nil {
-		return "", fmt.Errorf("parse go mod download output: %w", err)
-	}
-	if mod.Error != "" || mod.Dir == "" {
-		return "", fmt.Errorf("go mod download %s: %s", knativeServing, mod.Error)
-	}
-	return filepath.Join(mod.Dir, "config", "core", "300-resources", "service.yaml"), nil
+	return servers.ModuleFile(knativeServing, "config/core/300-resources/service.yaml")
 }
 
 var (

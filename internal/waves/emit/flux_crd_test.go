@@ -1,12 +1,8 @@
 package emit_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -55,30 +51,7 @@ func isShort() bool {
 // fluxCRD fetches the controller module into the module cache (outside this module, so go.mod
 // is untouched) and returns the path of its Kustomization CRD.
 func fluxCRD() (string, error) {
-	tmp, err := os.MkdirTemp("", "flux-crd")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	cmd := exec.Command("go", "mod", "download", "-json", fluxModule)
-	cmd.Dir = tmp
-	cmd.Env = append(os.Environ(), "GO111MODULE=on", "GOFLAGS=-mod=mod")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	var info struct{ Dir, Error string }
-	_ = json.Unmarshal(out, &info)
-	if err != nil {
-		return "", fmt.Errorf("go mod download %s: %w: %s %s", fluxModule, err, info.Error, stderr.String())
-	}
-	if info.Error != "" || info.Dir == "" {
-		return "", fmt.Errorf("go mod download %s: %s", fluxModule, info.Error)
-	}
-	p := filepath.Join(info.Dir, "config", "crd", "bases", "kustomize.toolkit.fluxcd.io_kustomizations.yaml")
-	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("the Flux CRD is not in %s: %w", info.Dir, err)
-	}
-	return p, nil
+	return servers.ModuleFile(fluxModule, "config/crd/bases/kustomize.toolkit.fluxcd.io_kustomizations.yaml")
 }
 
 func cluster(t *testing.T) *testenv.Cluster {
