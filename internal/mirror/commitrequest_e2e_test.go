@@ -62,15 +62,7 @@ func TestCommitRequestCommitsAsSubmitter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager stopped with %v", err)
-		}
-	})
+	testenv.StartManager(t, mgr)
 	testenv.Eventually(t, 30*time.Second, func() error { return mgr.GetWebhookServer().StartedChecker()(nil) })
 
 	cr := closeWithRequest(t, f, eng, userClient(t, c, "alice"), "Release 1: new landing page")
@@ -243,15 +235,7 @@ func TestCommitRequestAfterAttributedChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager stopped with %v", err)
-		}
-	})
+	testenv.StartManager(t, mgr)
 	testenv.Eventually(t, 30*time.Second, func() error { return mgr.GetWebhookServer().StartedChecker()(nil) })
 
 	f.target(t, "site", "site", time.Hour, "")
@@ -263,6 +247,7 @@ func TestCommitRequestAfterAttributedChange(t *testing.T) {
 		}
 		return nil
 	})
+	ctx := context.Background()
 	dave := userClient(t, c, "dave")
 	if err := dave.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: f.ns}, Data: map[string]string{"color": "red"}}); err != nil {
 		t.Fatal(err)

@@ -108,22 +108,7 @@ func runManagerWith(t testing.TB, c *testenv.Cluster, o mirror.Options, probeAdd
 	if prep != nil {
 		prep(eng)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager stopped with %v", err)
-		}
-	}
-	t.Cleanup(stop)
-	return eng, stop
+	return eng, testenv.StartManager(t, mgr)
 }
 
 // fixture is a namespace with a GitProvider for a fresh repository on a real git remote.

@@ -89,18 +89,7 @@ func startPart(t *testing.T, c *testenv.Cluster, o tenant.Options) {
 	if err := tenant.Setup(mgr, o); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
-	if !mgr.GetCache().WaitForCacheSync(ctx) {
-		t.Fatal("cache did not sync")
-	}
+	testenv.StartManager(t, mgr)
 }
 
 func newEnv(t *testing.T) *env { return newEnvWithPeriod(t, 0) }

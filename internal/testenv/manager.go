@@ -1,0 +1,33 @@
+package testenv
+
+import (
+	"context"
+	"testing"
+
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+)
+
+// StartManager runs mgr until the test ends, failing the test if it stops with an error, and
+// waits for its caches to sync. The returned function stops it earlier (idempotent).
+func StartManager(t testing.TB, mgr manager.Manager) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager stopped with %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		t.Fatal("manager caches did not sync")
+	}
+	return stop
+}
