@@ -17,7 +17,7 @@ func ModuleFile(module, rel string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }()
 	cmd := exec.Command("go", "mod", "download", "-json", module)
 	cmd.Dir = tmp
 	cmd.Env = append(os.Environ(), "GO111MODULE=on", "GOFLAGS=-mod=mod")
