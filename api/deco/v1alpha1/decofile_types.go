@@ -56,13 +56,19 @@ type GitHubSource struct {
 	// +kubebuilder:validation:XValidation:rule="self != '.' && self != '..'",message="repo must not be . or .."
 	Repo string `json:"repo"`
 	// Commit is a commit SHA, a branch or a tag. Branches and tags are re-resolved every spec.interval.
+	// It becomes part of GitHub API URLs, so it must be a well-formed git ref name.
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._/+@-]*$`
+	// +kubebuilder:validation:XValidation:rule="!self.contains('..') && !self.contains('//') && !self.endsWith('/') && !self.endsWith('.') && !self.endsWith('.lock') && !self.contains('/.')",message="commit must be a commit SHA or a git branch or tag name"
 	Commit string `json:"commit"`
 	// Path is the folder of the repository holding the block files, e.g. .deco/blocks.
 	// +kubebuilder:validation:XValidation:rule="!self.matches('(^|/)\\\\.\\\\.(/|$)')",message="path must not contain '..'"
 	// +optional
 	Path string `json:"path,omitempty"`
 	// Secret names a Secret in the Decofile's namespace whose key "token" authenticates to GitHub.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	// +optional
 	Secret string `json:"secret,omitempty"`
 }
@@ -74,6 +80,9 @@ type GitSource struct {
 	URL string `json:"url"`
 	// Ref is a branch, a tag or a commit SHA. Branches and tags are re-resolved every spec.interval.
 	// +kubebuilder:default=main
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._/+@-]*$`
+	// +kubebuilder:validation:XValidation:rule="!self.contains('..') && !self.contains('//') && !self.endsWith('/') && !self.endsWith('.') && !self.endsWith('.lock') && !self.contains('/.')",message="ref must be a commit SHA or a git branch or tag name"
 	// +optional
 	Ref string `json:"ref,omitempty"`
 	// Path is the folder of the repository holding the block files.
@@ -81,6 +90,7 @@ type GitSource struct {
 	// +optional
 	Path string `json:"path,omitempty"`
 	// SecretRef names a Secret with username/password, bearerToken, or identity (SSH key) and known_hosts.
+	// +kubebuilder:validation:XValidation:rule="size(self.name) <= 253 && self.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="secretRef.name must be a Secret name (DNS-1123 subdomain)"
 	// +optional
 	SecretRef *corev1.LocalObjectReference `json:"secretRef,omitempty"`
 }
@@ -100,7 +110,12 @@ type DecofileSpec struct {
 	// Git content.
 	// +optional
 	Git *GitSource `json:"git,omitempty"`
-	// DeploymentID identifies the site's workloads; defaults to the Decofile's name.
+	// DeploymentID identifies the site's workloads (label app.deco/deploymentId) and names its
+	// S3 object; defaults to the Decofile's name. A DNS-1123 label: it becomes part of object
+	// keys, URLs and label values. Two Decofiles of a namespace must not share one: the newer
+	// one is reported with Ready=False reason DeploymentIDConflict and not delivered.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	// +optional
 	DeploymentID string `json:"deploymentId,omitempty"`
 	// Target is where the content is stored: a ConfigMap (default) or an S3 object.
@@ -111,7 +126,9 @@ type DecofileSpec struct {
 	// +optional
 	Silent bool `json:"silent,omitempty"`
 	// Interval is how often a branch or tag is re-resolved. A commit SHA is never polled.
+	// At least 10s: every poll asks the remote, so a tiny interval would hammer it.
 	// +kubebuilder:default="1m0s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s')",message="spec.interval must be at least 10s"
 	// +optional
 	Interval *metav1.Duration `json:"interval,omitempty"`
 }
@@ -141,7 +158,10 @@ type DecofileStatus struct {
 	// ObservedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: Ready (content stored) and PodsNotified (rollout of that content).
+	// Conditions: Ready (content stored), PodsNotified (rollout of that content), and the
+	// kstatus conditions Reconciling (True while a transient failure is being retried) and
+	// Stalled (True when delivery failed in a way only a change can fix); both are removed when
+	// the content is stored.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -158,6 +178,11 @@ type DecofileStatus struct {
 	// ContentHash is the SHA-256 (hex) of the stored merged JSON.
 	// +optional
 	ContentHash string `json:"contentHash,omitempty"`
+	// StoredHash is the SHA-256 (hex) of the exact value the operator wrote to the ConfigMap
+	// (decofile.json or decofile.bin; configmap target only). It is what decides whether the
+	// ConfigMap is intact: the ConfigMap is writable by the namespace's users, the status is not.
+	// +optional
+	StoredHash string `json:"storedHash,omitempty"`
 	// NotifiedHash is the ContentHash whose rollout every pod confirmed.
 	// +optional
 	NotifiedHash string `json:"notifiedHash,omitempty"`
@@ -189,7 +214,11 @@ type DecofileStatus struct {
 
 // Decofile is the configuration of one Deco site, delivered to its pods.
 //
+// Its name becomes part of ConfigMap and Secret names, label values and (as the default
+// deploymentId) S3 object keys, so it must be a DNS-1123 label.
+//
 // +kubebuilder:object:root=true
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS-1123 label (at most 63 lower-case letters, digits and '-')"
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=df,categories=siteops
 // +kubebuilder:printcolumn:name="Source",type=string,JSONPath=`.spec.source`
@@ -223,6 +252,15 @@ func (d *Decofile) DeploymentIDOrName() string {
 		return d.Spec.DeploymentID
 	}
 	return d.Name
+}
+
+// ClaimsBefore reports whether d's claim on its deploymentId precedes other's: the older
+// Decofile (by creationTimestamp, then name) keeps the deploymentId when two share it.
+func (d *Decofile) ClaimsBefore(other *Decofile) bool {
+	if !d.CreationTimestamp.Equal(&other.CreationTimestamp) {
+		return d.CreationTimestamp.Before(&other.CreationTimestamp)
+	}
+	return d.Name < other.Name
 }
 
 // TargetOrDefault is spec.target, or configmap when unset.

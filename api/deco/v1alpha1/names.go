@@ -65,6 +65,13 @@ const (
 	ConditionReady = "Ready"
 	// ConditionPodsNotified tracks the rollout of the current content to running pods.
 	ConditionPodsNotified = "PodsNotified"
+	// ConditionReconciling (kstatus, abnormal-true) is True while a transient delivery failure
+	// is being retried; removed once the content is stored.
+	ConditionReconciling = "Reconciling"
+	// ConditionStalled (kstatus, abnormal-true) is True when delivery failed in a way retrying
+	// cannot fix (too large, invalid content, a refused source, a conflict); removed once the
+	// content is stored.
+	ConditionStalled = "Stalled"
 
 	// ReasonSucceeded: the content is stored.
 	ReasonSucceeded = "Succeeded"
@@ -74,6 +81,9 @@ const (
 	ReasonProgressing = "Progressing"
 	// ReasonTooLarge: even the compressed form does not fit in a ConfigMap.
 	ReasonTooLarge = "TooLarge"
+	// ReasonDeploymentIDConflict: an older Decofile of the namespace has the same deploymentId;
+	// this one is not delivered (they would share pods and an S3 object).
+	ReasonDeploymentIDConflict = "DeploymentIDConflict"
 	// ReasonNotificationInProgress: pods are being notified.
 	ReasonNotificationInProgress = "NotificationInProgress"
 	// ReasonNotificationSucceeded: every pod confirmed the current content.
