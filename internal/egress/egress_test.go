@@ -1,0 +1,151 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+var names = Settings{Hosts: "--hosts", Private: "--private", Schemes: "--schemes"}
+
+func TestCheckAddr(t *testing.T) {
+	strict := MustNew(Config{Settings: names})
+	open := MustNew(Config{AllowPrivate: true, Settings: names})
+	listed := MustNew(Config{Hosts: []string{"git.internal", "db.internal:5432", "10.1.0.0/16", "127.0.0.2", "[::1]:22"}, Settings: names})
+	cases := []struct {
+		p       *Policy
+		host    string
+		ip      string
+		port    string
+		allowed bool
+		mention []string
+	}{
+		{strict, "example.com", "93.184.216.34", "443", true, nil},
+		{strict, "example.com", "2606:2800:220:1::1", "443", true, nil},
+		{strict, "x", "127.0.0.1", "80", false, []string{"loopback", "--hosts"}},
+		{strict, "x", "::1", "80", false, []string{"loopback"}},
+		{strict, "x", "::ffff:127.0.0.1", "80", false, []string{"loopback"}},
+		{strict, "metadata", "169.254.169.254", "80", false, []string{"link-local"}},
+		{strict, "x", "fe80::1", "80", false, []string{"link-local"}},
+		{strict, "x", "0.0.0.0", "80", false, []string{"unspecified"}},
+		{strict, "x", "::", "80", false, []string{"unspecified"}},
+		{strict, "x", "239.1.2.3", "80", false, []string{"multicast"}},
+		{strict, "x", "10.0.0.1", "80", false, []string{"private", "--hosts", "--private"}},
+		{strict, "x", "172.16.5.4", "80", false, []string{"private"}},
+		{strict, "x", "192.168.1.1", "80", false, []string{"private"}},
+		{strict, "x", "fd00::1", "80", false, []string{"private"}},
+		{strict, "x", "100.64.1.1", "80", false, []string{"private"}},
+		{strict, "x", "64:ff9b::7f00:1", "80", false, []string{"loopback"}},
+		{strict, "x", "255.255.255.255", "80", false, []string{"reserved"}},
+		{open, "x", "10.0.0.1", "80", true, nil},
+		{open, "x", "100.64.1.1", "80", true, nil},
+		{open, "x", "127.0.0.1", "80", false, []string{"loopback"}},
+		{open, "x", "169.254.169.254", "80", false, []string{"link-local"}},
+		{listed, "GIT.internal.", "10.9.9.9", "443", true, nil},
+		{listed, "db.internal", "10.9.9.9", "5432", true, nil},
+		{listed, "db.internal", "10.9.9.9", "80", false, []string{"private"}},
+		{listed, "anything", "10.1.2.3", "80", true, nil},
+		{listed, "anything", "127.0.0.2", "80", true, nil},
+		{listed, "anything", "127.0.0.3", "80", false, nil},
+		{listed, "::1", "::1", "22", true, nil},
+		{listed, "::1", "::1", "23", false, nil},
+	}
+	for _, c := range cases {
+		err := c.p.CheckAddr(c.host, netip.MustParseAddr(c.ip), c.port)
+		if c.allowed != (err == nil) {
+			t.Errorf("%s (%s):%s allowed=%v, got %v", c.host, c.ip, c.port, c.allowed, err)
+			continue
+		}
+		if err != nil && !IsRefused(err) {
+			t.Errorf("%s: not a Refused error: %v", c.ip, err)
+		}
+		for _, m := range c.mention {
+			if !strings.Contains(err.Error(), m) {
+				t.Errorf("%s: %q does not mention %q", c.ip, err, m)
+			}
+		}
+	}
+}
+
+func TestNewRejectsBadEntries(t *testing.T) {
+	for _, c := range []Config{{Schemes: []string{"gopher"}}, {Hosts: []string{"a/b"}}, {Hosts: []string{"host:port"}}, {Hosts: []string{"u@h"}}} {
+		if _, err := New(c); err == nil {
+			t.Errorf("%+v accepted", c)
+		}
+	}
+}
+
+func TestSchemes(t *testing.T) {
+	p := MustNew(Config{Settings: names})
+	if !p.AllowsScheme("HTTPS") || !p.AllowsScheme("ssh") || p.AllowsScheme("http") || p.AllowsScheme("file") {
+		t.Fatal("default schemes are not https and ssh only")
+	}
+	err := p.CheckScheme("http")
+	if !IsRefused(err) || !strings.Contains(err.Error(), "--schemes") {
+		t.Fatalf("http: %v", err)
+	}
+}
+
+// TestDialChecksTheConnectedAddress dials a real loopback listener through a host name: the
+// check runs on the resolved address, so a name does not get around it.
+func TestDialChecksTheConnectedAddress(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	ctx := context.Background()
+	strict := MustNew(Config{Settings: names})
+	_, err = strict.DialContext(ctx, "tcp", net.JoinHostPort("localhost", port))
+	var r *Refused
+	if !errors.As(err, &r) || r.What != "loopback" || !strings.Contains(err.Error(), "add localhost to --hosts") {
+		t.Fatalf("dial localhost: %v", err)
+	}
+	allowed := MustNew(Config{Hosts: []string{"localhost"}})
+	c, err := allowed.DialContext(ctx, "tcp", net.JoinHostPort("localhost", port))
+	if err != nil {
+		t.Fatalf("allowed host: %v", err)
+	}
+	_ = c.Close()
+}
+
+// TestTransportRefusesRedirectToLoopback: a public-looking first hop is not modelled here (every
+// local server is loopback), so the first server is allowed by address and redirects to another
+// loopback port that is not.
+func TestTransportRefusesRedirectToLoopback(t *testing.T) {
+	internal := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("internal secret"))
+	}))
+	defer internal.Close()
+	front := httptest.NewServer(http.RedirectHandler(strings.Replace(internal.URL, "127.0.0.1", "localhost", 1)+"/admin", http.StatusFound))
+	defer front.Close()
+	p := MustNew(Config{Schemes: []string{"http"}, Hosts: []string{front.Listener.Addr().String()}})
+	resp, err := (&http.Client{Transport: p.Transport()}).Get(front.URL)
+	if err == nil {
+		_ = resp.Body.Close()
+		t.Fatal("the redirect to a loopback address was followed")
+	}
+	if !IsRefused(err) {
+		t.Fatalf("want a refusal, got %v", err)
+	}
+	// Scheme rules apply to every hop too.
+	strictScheme := MustNew(Config{Hosts: []string{"127.0.0.0/8"}})
+	if _, err := (&http.Client{Transport: strictScheme.Transport()}).Get(front.URL); !IsRefused(err) {
+		t.Fatalf("http allowed by default: %v", err)
+	}
+}
