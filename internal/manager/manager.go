@@ -23,6 +23,7 @@ import (
 	"github.com/siteops/siteops/internal/decofile/inject"
 	"github.com/siteops/siteops/internal/mirror"
 	"github.com/siteops/siteops/internal/mirror/commitrequest"
+	"github.com/siteops/siteops/internal/mirror/ruleaccess"
 	"github.com/siteops/siteops/internal/scheme"
 	"github.com/siteops/siteops/internal/tenant"
 	"github.com/siteops/siteops/internal/webhookcert"
@@ -198,7 +199,7 @@ func selfSignedCerts(mgr ctrl.Manager, cfg *rest.Config, o Options) error {
 		wo.ValidatingWebhooks = []string{inject.ValidatingConfigName}
 	}
 	if o.Enabled(PartMirror) {
-		wo.ValidatingWebhooks = append(wo.ValidatingWebhooks, commitrequest.WebhookConfigName)
+		wo.ValidatingWebhooks = append(wo.ValidatingWebhooks, commitrequest.WebhookConfigName, ruleaccess.WebhookConfigName)
 	}
 	r, err := webhookcert.New(c, wo)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/siteops/siteops/internal/mirror/commitrequest"
 	"github.com/siteops/siteops/internal/mirror/controller"
 	"github.com/siteops/siteops/internal/mirror/engine"
+	"github.com/siteops/siteops/internal/mirror/ruleaccess"
 	"github.com/siteops/siteops/internal/mirror/store"
 )
 
@@ -42,6 +43,10 @@ type Options struct {
 	// CommitRequest (needs RedisAddr and the manager's webhook server certificate). The flag
 	// defaults to on; code that builds a manager without a webhook server leaves it off.
 	CommitRequestWebhook bool
+	// WatchRuleWebhook serves the admission webhook that refuses a WatchRule or ClusterWatchRule
+	// selecting resources its author may not list and watch (ruleaccess). The flag defaults to
+	// on; code that builds a manager without a webhook server leaves it off.
+	WatchRuleWebhook bool
 
 	flags *pflag.FlagSet
 }
@@ -59,6 +64,7 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.RedisTLS, "redis-tls", o.RedisTLS, "mirror: connect to Redis over TLS")
 	fs.StringVar(&o.RedisKeyPrefix, "redis-key-prefix", o.RedisKeyPrefix, "mirror: root of every Redis key, so installations can share a server")
 	fs.BoolVar(&o.CommitRequestWebhook, "commitrequest-webhook", true, "mirror: serve the admission webhook that records who submits each CommitRequest, its commit author (needs --redis-addr and the webhook server certificate)")
+	fs.BoolVar(&o.WatchRuleWebhook, "watchrule-webhook", true, "mirror: serve the admission webhook that refuses WatchRules and ClusterWatchRules selecting resources their author may not list and watch")
 	o.Attribution.BindFlags(fs)
 }
 
@@ -172,6 +178,11 @@ func SetupWithEngine(mgr ctrl.Manager, o Options) (*engine.Engine, error) {
 	}
 	if err := commitrequest.Setup(mgr, cro); err != nil {
 		return nil, err
+	}
+	if o.WatchRuleWebhook {
+		if err := ruleaccess.Setup(mgr); err != nil {
+			return nil, err
+		}
 	}
 	return eng, nil
 }
