@@ -51,7 +51,7 @@ func TestManagerAttributesCommits(t *testing.T) {
 	f := newFixture(t, c)
 	runManager(t, c, mirror.Options{RedisAddr: redis.Addr, RedisKeyPrefix: "attr", Attribution: attribution.Options{
 		Enabled: true, Grace: 4 * time.Second, FactTTL: time.Minute, Route: "prod",
-		ListenAddress: addr, CertDir: certs.CertDir, ClientCAFile: certs.CAFile,
+		ListenAddress: addr, CertDir: certs.CertDir, ClientCAFile: certs.CAFile, ClientNames: []string{"kube-apiserver"},
 	}}, "")
 	f.target(t, "main", "clusters/dev", 0, "")
 	f.watchRule(t, "cms", "main", cmRule())

@@ -85,7 +85,7 @@ func startAuditedCluster(t testing.TB, route string) *auditedCluster {
 	ip, _, _ := net.SplitHostPort(l.Addr().String())
 	certs := testenv.NewMTLS(t, "kube-apiserver-audit", ip)
 	rcv, err := audit.NewReceiver(audit.Config{
-		CertDir: certs.CertDir, ClientCAFile: certs.CAFile, Listener: l,
+		CertDir: certs.CertDir, ClientCAFile: certs.CAFile, ClientNames: []string{"kube-apiserver-audit"}, Listener: l,
 		Handler: &audit.Handler{Recorder: ac.index, OnRecorded: ac.onRecorded},
 	})
 	if err != nil {

@@ -22,6 +22,18 @@ var (
 		Help:    "Time a watch event waited for its author fact (up to the grace period).",
 		Buckets: []float64{0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 10},
 	})
+	// Overflows counts watch events that did not wait for their audit facts because
+	// --author-attribution-max-waiting events were already waiting; they are committed by the
+	// committer (result absent).
+	Overflows = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "siteops_mirror_attribution_overflow_total",
+		Help: "Watch events committed by the committer without waiting for their audit facts, because too many events were waiting.",
+	})
+	// Waiting is the number of watch events waiting for their audit facts or for the writer.
+	Waiting = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "siteops_mirror_attribution_waiting",
+		Help: "Watch events waiting for their audit facts (or to be handed to the git writer), at most --author-attribution-max-waiting.",
+	})
 	// StoredFacts is the number of audit facts in Redis, refreshed by FactGauge with SCAN.
 	StoredFacts = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "siteops_mirror_attribution_stored_facts",
@@ -30,7 +42,7 @@ var (
 )
 
 func init() {
-	crmetrics.Registry.MustRegister(Resolutions, WaitSeconds, StoredFacts)
+	crmetrics.Registry.MustRegister(Resolutions, WaitSeconds, StoredFacts, Overflows, Waiting)
 }
 
 // FactCounter counts stored audit facts (the store's AttributionIndex).

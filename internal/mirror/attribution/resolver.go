@@ -16,6 +16,7 @@ package attribution
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -53,7 +54,12 @@ type Config struct {
 	Identity Identity
 	// OnResolved, when set, is called for every resolution (tests, benchmarks).
 	OnResolved func(Resolved)
+	// MaxWaiting caps the events waiting at once; 0 means DefaultMaxWaiting.
+	MaxWaiting int
 }
+
+// DefaultMaxWaiting is the default cap on waiting events (--author-attribution-max-waiting).
+const DefaultMaxWaiting = 10000
 
 // Resolved describes one finished resolution.
 type Resolved struct {
@@ -77,6 +83,11 @@ type Resolver struct {
 	wakeMu sync.Mutex
 	wake   chan struct{}
 
+	// waiting counts events submitted with EnqueueEvent whose ops have not reached the writer:
+	// still waiting for their facts, or resolved but held up by the writer. It bounds memory
+	// when facts stop arriving or the writer stops taking ops.
+	waiting atomic.Int64
+
 	// streams are the ordering domains of each GitTarget's watches, for Settle.
 	streamsMu sync.Mutex
 	streams   map[types.NamespacedName]map[streamID]*Stream
@@ -90,7 +101,42 @@ func New(cfg Config) *Resolver {
 	if cfg.MaxPoll <= 0 {
 		cfg.MaxPoll = 200 * time.Millisecond
 	}
+	if cfg.MaxWaiting <= 0 {
+		cfg.MaxWaiting = DefaultMaxWaiting
+	}
 	return &Resolver{cfg: cfg, wake: make(chan struct{})}
+}
+
+// Waiting returns the number of events waiting for their facts or to be handed over.
+func (r *Resolver) Waiting() int { return int(r.waiting.Load()) }
+
+// admit takes a place among the waiting events, or reports that all MaxWaiting are taken.
+func (r *Resolver) admit() bool {
+	for {
+		n := r.waiting.Load()
+		if n >= int64(r.cfg.MaxWaiting) {
+			return false
+		}
+		if r.waiting.CompareAndSwap(n, n+1) {
+			Waiting.Inc()
+			return true
+		}
+	}
+}
+
+// release gives a waiting event's place back once its op reached the writer (or was dropped).
+func (r *Resolver) release() {
+	r.waiting.Add(-1)
+	Waiting.Dec()
+}
+
+// overflow resolves an event that found every waiting place taken: as the committer's, at once.
+func (r *Resolver) overflow(gvr schema.GroupVersionResource, uid types.UID, rv string) {
+	Overflows.Inc()
+	Resolutions.WithLabelValues(string(store.AttributionAbsent)).Inc()
+	if r.cfg.OnResolved != nil {
+		r.cfg.OnResolved(Resolved{GVR: gvr, UID: uid, RV: rv, Result: store.AttributionAbsent})
+	}
 }
 
 // Enabled reports whether events are attributed at all.
@@ -213,6 +259,8 @@ type entry struct {
 	delivered bool
 	barrier   bool
 	object    string
+	// counted holds one of the resolver's waiting places until the op reaches the writer.
+	counted bool
 }
 
 // NewStream returns the ordering domain of one watch stream of gvr, handing ops to next.
@@ -230,12 +278,20 @@ func (s *Stream) Enqueue(ctx context.Context, op gitwriter.Op) error {
 
 // EnqueueEvent hands over an op of a live watch event after resolving its author, concurrently:
 // the call returns at once, and the op reaches the writer when its fact is found or the grace
-// period ends, in order with the other ops of its object.
+// period ends, in order with the other ops of its object. When MaxWaiting events already wait,
+// the op goes through at once as the committer's (result absent, counted in Overflows), with
+// Enqueue's back-pressure.
 func (s *Stream) EnqueueEvent(ctx context.Context, op gitwriter.Op, ev Event) error {
 	if !s.r.Enabled() || op.Kind == gitwriter.OpMark || op.Kind == gitwriter.OpSweep {
 		return s.Enqueue(ctx, op)
 	}
+	if !s.r.admit() {
+		s.r.overflow(s.gvr, ev.UID, ev.RV)
+		op.Change.Author = nil
+		return s.Enqueue(ctx, op)
+	}
 	e := s.add(ctx, op, false)
+	e.counted = true
 	go func() {
 		res := s.r.Resolve(ctx, s.gvr, ev.UID, ev.RV, ev.ExactCapable)
 		s.mu.Lock()
@@ -283,10 +339,16 @@ func (s *Stream) flush() error {
 			// The watch stream stopped (restart, target removed): drop its op. Its cursor was
 			// never recorded, so the next stream sees the change again, and a late hand-over
 			// could overwrite what that stream already wrote.
+			if e.counted {
+				s.r.release()
+			}
 			continue
 		}
 		if err := s.next.Enqueue(e.ctx, e.op); err != nil && firstErr == nil {
 			firstErr = err
+		}
+		if e.counted {
+			s.r.release()
 		}
 	}
 	return firstErr

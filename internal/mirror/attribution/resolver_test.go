@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	authnv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -349,5 +350,57 @@ func TestStoppedStreamDropsWaitingOps(t *testing.T) {
 	})
 	if got := out.snapshot(); len(got) != 0 {
 		t.Fatalf("a stopped stream handed over %s", describe(got))
+	}
+}
+
+// TestWaitingCap: past MaxWaiting events waiting for their facts, further events go through at
+// once as the committer's (result absent) and are counted, so a flood of changes whose facts
+// never come cannot hold unbounded objects in memory.
+func TestWaitingCap(t *testing.T) {
+	f := &facts{m: map[string]store.AuthorFact{}}
+	var mu sync.Mutex
+	results := map[string]store.AttributionResult{}
+	r := New(Config{Index: f, Route: "r", Grace: time.Minute, MaxPoll: 10 * time.Millisecond, MaxWaiting: 3, OnResolved: func(res Resolved) {
+		mu.Lock()
+		results[string(res.UID)] = res.Result
+		mu.Unlock()
+	}})
+	out := &sink{}
+	s := r.NewStream(out, cm)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	overflow := testutil.ToFloat64(Overflows)
+	for i, uid := range []string{"a", "b", "c", "d", "e"} {
+		must(t, s.EnqueueEvent(ctx, upsert(uid, fmt.Sprint(i+1)), Event{UID: types.UID(uid), RV: fmt.Sprint(i + 1), ExactCapable: true}))
+	}
+	testenv.Eventually(t, 2*time.Second, func() error {
+		if got := describe(out.snapshot()); got != "d@(committer) e@(committer)" {
+			return fmt.Errorf("handed over %q, want d and e at once as the committer's", got)
+		}
+		return nil
+	})
+	mu.Lock()
+	if results["d"] != store.AttributionAbsent || results["e"] != store.AttributionAbsent || len(results) != 2 {
+		t.Errorf("results = %v, want d and e absent and the rest still waiting", results)
+	}
+	mu.Unlock()
+	if d := testutil.ToFloat64(Overflows) - overflow; d != 2 {
+		t.Errorf("overflow counter +%v, want +2", d)
+	}
+	if n := r.Waiting(); n != 3 {
+		t.Errorf("Waiting() = %d, want 3", n)
+	}
+	// A fact arrives: its event leaves the waiting set, making room for the next one.
+	f.set("a", "1", "alice")
+	r.Notify()
+	testenv.Eventually(t, 2*time.Second, func() error {
+		if n := r.Waiting(); n != 2 {
+			return fmt.Errorf("Waiting() = %d, want 2", n)
+		}
+		return nil
+	})
+	must(t, s.EnqueueEvent(ctx, upsert("f", "7"), Event{UID: "f", RV: "7", ExactCapable: true}))
+	if n := r.Waiting(); n != 3 {
+		t.Errorf("Waiting() = %d after one more event, want 3 (it waits)", n)
 	}
 }

@@ -30,12 +30,22 @@ type Options struct {
 	ListenAddress string
 	CertDir       string
 	ClientCAFile  string
+	// ClientNames are the client certificate names (common name or DNS name) accepted from
+	// ClientCAFile: the API server's, not any client of that CA.
+	ClientNames []string
+	// MaxWaiting caps the watch events waiting for their audit facts at once; past it, events
+	// go through at once as the committer's (result absent). 0 means DefaultMaxWaiting.
+	MaxWaiting int
 	// NoreplyDomain is the domain of derived author emails.
 	NoreplyDomain string
 }
 
 // DefaultRoute is the audit route when --author-attribution-route is not set.
 const DefaultRoute = "default"
+
+// DefaultAuditClientName is the accepted audit client when --audit-client-names is not set: the
+// common name API servers' client certificates usually carry.
+const DefaultAuditClientName = "kube-apiserver"
 
 // BindFlags registers the attribution flags.
 func (o *Options) BindFlags(fs *pflag.FlagSet) {
@@ -54,6 +64,12 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	if o.NoreplyDomain == "" {
 		o.NoreplyDomain = DefaultNoreplyDomain
 	}
+	if o.ClientNames == nil {
+		o.ClientNames = []string{DefaultAuditClientName}
+	}
+	if o.MaxWaiting == 0 {
+		o.MaxWaiting = DefaultMaxWaiting
+	}
 	fs.BoolVar(&o.Enabled, "author-attribution", o.Enabled, "mirror: author commits by the user who made each change, from API server audit events (needs --redis-addr and --audit-client-ca)")
 	fs.DurationVar(&o.Grace, "author-attribution-grace", o.Grace, "mirror: how long a watch event waits for its audit fact before it is committed by the committer")
 	fs.DurationVar(&o.FactTTL, "author-attribution-ttl", o.FactTTL, "mirror: lifetime of an audit fact in Redis")
@@ -61,6 +77,8 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ListenAddress, "audit-listen-address", o.ListenAddress, "mirror: address of the HTTPS audit webhook receiver")
 	fs.StringVar(&o.CertDir, "audit-cert-dir", o.CertDir, "mirror: folder with the audit receiver's serving certificate tls.crt and key tls.key")
 	fs.StringVar(&o.ClientCAFile, "audit-client-ca", o.ClientCAFile, "mirror: PEM bundle the API server's audit client certificate must chain to")
+	fs.StringSliceVar(&o.ClientNames, "audit-client-names", o.ClientNames, "mirror: client certificate names (common name or DNS name) the audit receiver accepts from --audit-client-ca: the API server's audit webhook identity")
+	fs.IntVar(&o.MaxWaiting, "author-attribution-max-waiting", o.MaxWaiting, "mirror: most watch events waiting for their audit facts at once; past it events are committed by the committer at once (result absent)")
 	fs.StringVar(&o.NoreplyDomain, "author-noreply-domain", o.NoreplyDomain, "mirror: mail domain of derived author emails for users without one")
 }
 
@@ -81,6 +99,12 @@ func (o *Options) Validate() error {
 	}
 	if o.ClientCAFile == "" {
 		errs = append(errs, errors.New("--author-attribution needs --audit-client-ca: the audit receiver only accepts API servers with a client certificate"))
+	}
+	if len(o.ClientNames) == 0 {
+		errs = append(errs, errors.New("--author-attribution needs --audit-client-names: the audit receiver accepts only the API server's client certificate, not every certificate of the CA"))
+	}
+	if o.MaxWaiting < 0 {
+		errs = append(errs, fmt.Errorf("--author-attribution-max-waiting %d: must be 0 (the default) or more", o.MaxWaiting))
 	}
 	if o.CertDir == "" {
 		errs = append(errs, errors.New("--author-attribution needs --audit-cert-dir with the receiver's serving certificate (tls.crt, tls.key)"))
@@ -103,9 +127,9 @@ func Setup(mgr ctrl.Manager, st *store.RedisStore, o Options) (*Resolver, error)
 		return nil, errors.New("--author-attribution needs Redis: set --redis-addr")
 	}
 	idx := st.AttributionIndex(o.FactTTL)
-	r := New(Config{Index: idx, Route: o.Route, Grace: o.Grace, Identity: id})
+	r := New(Config{Index: idx, Route: o.Route, Grace: o.Grace, Identity: id, MaxWaiting: o.MaxWaiting})
 	rcv, err := audit.NewReceiver(audit.Config{
-		Addr: o.ListenAddress, CertDir: o.CertDir, ClientCAFile: o.ClientCAFile,
+		Addr: o.ListenAddress, CertDir: o.CertDir, ClientCAFile: o.ClientCAFile, ClientNames: o.ClientNames,
 		Handler: &audit.Handler{Recorder: idx, OnRecorded: r.Notify},
 	})
 	if err != nil {

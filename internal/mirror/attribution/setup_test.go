@@ -22,7 +22,7 @@ func TestOptions(t *testing.T) {
 	var o Options
 	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
 	o.BindFlags(fs)
-	if o.Grace != 3*time.Second || o.FactTTL != 10*time.Minute || o.Route != "default" {
+	if o.Grace != 3*time.Second || o.FactTTL != 10*time.Minute || o.Route != "default" || o.MaxWaiting != 10000 || len(o.ClientNames) != 1 || o.ClientNames[0] != "kube-apiserver" {
 		t.Fatalf("defaults = %+v", o)
 	}
 	if err := o.Validate(); err != nil {
@@ -37,7 +37,7 @@ func TestOptions(t *testing.T) {
 			t.Errorf("Validate() = %v; want a complaint about %s", err, want)
 		}
 	}
-	if _, err := Setup(nil, nil, Options{Enabled: true, Grace: time.Second, FactTTL: time.Minute, Route: "r", ClientCAFile: "ca", CertDir: "d"}); err == nil || !strings.Contains(err.Error(), "--redis-addr") {
+	if _, err := Setup(nil, nil, Options{Enabled: true, Grace: time.Second, FactTTL: time.Minute, Route: "r", ClientCAFile: "ca", ClientNames: []string{"kube-apiserver"}, CertDir: "d"}); err == nil || !strings.Contains(err.Error(), "--redis-addr") {
 		t.Errorf("Setup without Redis = %v", err)
 	}
 	r, err := Setup(nil, nil, Options{})

@@ -3,14 +3,14 @@
 //
 // The API server posts audit.k8s.io/v1 EventLists to POST /audit-webhook/<route> over HTTPS; the
 // route names the cluster (API server) the events come from, so one receiver can serve several.
-// Clients must present a certificate signed by the --audit-client-ca bundle. A store failure
+// Clients must present a certificate signed by the --audit-client-ca bundle whose common name or
+// DNS name is one of --audit-client-names: the CA alone also signs nodes and users. A store failure
 // answers 503 so the API server's webhook backend retries the batch; facts are idempotent.
 package audit
 
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,7 +18,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -27,6 +26,8 @@ import (
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/siteops/siteops/internal/mirror/clientauth"
 )
 
 // PathPrefix is the URL path the receiver serves; the route follows it.
@@ -211,6 +212,9 @@ type Config struct {
 	CertDir string
 	// ClientCAFile is the PEM bundle client certificates must chain to (--audit-client-ca).
 	ClientCAFile string
+	// ClientNames are the identities accepted from that CA (--audit-client-names): a client
+	// certificate's common name or one of its DNS names must be one of them.
+	ClientNames []string
 	// Handler is the audit webhook handler.
 	Handler *Handler
 	// ReadTimeout and WriteTimeout bound a request; 0 means 30s.
@@ -233,16 +237,9 @@ func NewReceiver(cfg Config) (*Receiver, error) {
 	if cfg.Handler == nil || cfg.Handler.Recorder == nil {
 		return nil, errors.New("audit receiver: no fact recorder configured")
 	}
-	if cfg.ClientCAFile == "" {
-		return nil, errors.New("audit receiver: --audit-client-ca is required: the API server must authenticate with a client certificate")
-	}
-	pem, err := os.ReadFile(cfg.ClientCAFile)
+	clients, err := clientauth.Load("--audit-client-ca", cfg.ClientCAFile, cfg.ClientNames)
 	if err != nil {
-		return nil, fmt.Errorf("audit receiver: read --audit-client-ca: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("audit receiver: %s holds no PEM certificate", cfg.ClientCAFile)
+		return nil, fmt.Errorf("audit receiver: %w (set --audit-client-names to the API server's client certificate name)", err)
 	}
 	cw, err := certwatcher.New(filepath.Join(cfg.CertDir, "tls.crt"), filepath.Join(cfg.CertDir, "tls.key"))
 	if err != nil {
@@ -266,11 +263,10 @@ func NewReceiver(cfg Config) (*Receiver, error) {
 		MaxHeaderBytes:    64 << 10,
 		TLSConfig: &tls.Config{
 			MinVersion:     tls.VersionTLS12,
-			ClientAuth:     tls.RequireAndVerifyClientCert,
-			ClientCAs:      pool,
 			GetCertificate: cw.GetCertificate,
 		},
 	}
+	clients.ServerTLS(srv.TLSConfig)
 	return &Receiver{cfg: cfg, srv: srv, cw: cw}, nil
 }
 

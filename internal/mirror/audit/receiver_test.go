@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -241,6 +242,7 @@ func TestReceiverMutualTLS(t *testing.T) {
 	r, err := NewReceiver(Config{
 		CertDir:      certs.CertDir,
 		ClientCAFile: certs.CAFile,
+		ClientNames:  []string{"kube-apiserver"},
 		Handler:      &Handler{Recorder: s.AttributionIndex(time.Minute), MaxBodyBytes: 64 << 10},
 		Listener:     l,
 	})
@@ -309,5 +311,76 @@ func TestReceiverMutualTLS(t *testing.T) {
 	keys, _ := raw.Keys(ctx, "mtls:*").Result()
 	if len(keys) != 2 {
 		t.Fatalf("keys = %q, want the two of the accepted create", keys)
+	}
+}
+
+// TestReceiverRefusesOtherClientNames: a client certificate from the right CA is not enough; its
+// common name or a DNS name must be one of --audit-client-names.
+func TestReceiverRefusesOtherClientNames(t *testing.T) {
+	srv := testenv.Redis(t, servers.RedisOptions{})
+	s, err := store.NewRedisStore(store.RedisStoreConfig{Addr: srv.Addr, KeyPrefix: "names"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	l := testenv.LoopbackListener(t)
+	ip := strings.Split(l.Addr().String(), ":")[0]
+	certs := testenv.NewMTLS(t, "kube-apiserver", ip)
+	r, err := NewReceiver(Config{
+		CertDir:      certs.CertDir,
+		ClientCAFile: certs.CAFile,
+		ClientNames:  []string{"kube-apiserver"},
+		Handler:      &Handler{Recorder: s.AttributionIndex(time.Minute)},
+		Listener:     l,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Start(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Start: %v", err)
+		}
+	}()
+	url := "https://" + l.Addr().String() + "/audit-webhook/prod"
+	do := func(cfg *tls.Config, body []byte) (int, error) {
+		c := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 5 * time.Second}
+		resp, err := c.Post(url, "application/json", bytes.NewReader(body))
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, nil
+	}
+	good := certs.ClientTLS(t)
+	testenv.Eventually(t, 5*time.Second, func() error {
+		code, err := do(good, eventList(event("create", "alice", "u1", "5", nil)))
+		if err != nil || code != 200 {
+			return fmt.Errorf("status %d, %w", code, err)
+		}
+		return nil
+	})
+	// A pod holding any certificate of the same CA (another client of the cluster CA) forges a
+	// fact for a change it wants credited to someone else.
+	crt, key := certs.Issue(t, "system:node:worker-1", x509.ExtKeyUsageClientAuth, nil)
+	pair, err := tls.X509KeyPair(crt, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	intruder := good.Clone()
+	intruder.Certificates = []tls.Certificate{pair}
+	code, err := do(intruder, eventList(event("create", "admin", "u2", "6", nil)))
+	if err == nil && code == http.StatusOK {
+		t.Fatalf("a client certificate named system:node:worker-1 was accepted (status %d)", code)
+	}
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer raw.Close()
+	keys, _ := raw.Keys(ctx, "names:*u2*").Result()
+	if len(keys) != 0 {
+		t.Fatalf("the refused client stored facts: %q", keys)
 	}
 }
