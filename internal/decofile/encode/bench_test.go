@@ -2,6 +2,7 @@ package encode
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"syscall"
@@ -95,4 +96,47 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkTooLargeIncompressible: 5 MiB that no level compresses. "bounded" is Encode, refused
+// by the quick probe; "ladder" is every level of DefaultLevels, what Encode ran before the bound.
+func BenchmarkTooLargeIncompressible(b *testing.B) {
+	merged := incompressible(b, 5<<20)
+	b.Run("bounded", func(b *testing.B) {
+		b.SetBytes(int64(len(merged)))
+		for b.Loop() {
+			var tl *TooLargeError
+			if _, err := Encode(merged, Options{}); !errors.As(err, &tl) || !tl.Bounded {
+				b.Fatalf("want a bounded TooLargeError, got %v", err)
+			}
+		}
+	})
+	b.Run("ladder", func(b *testing.B) {
+		b.SetBytes(int64(len(merged)))
+		for b.Loop() {
+			for _, lvl := range DefaultLevels {
+				if _, err := Compress(merged, lvl); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+}
+
+// BenchmarkProbeGain reports how many times smaller the strongest level's output is than the
+// probe's on the standard sample: the largest such gain measured, which MaxGain must exceed.
+func BenchmarkProbeGain(b *testing.B) {
+	merged := standardMerged(b)
+	strongest := DefaultLevels[len(DefaultLevels)-1]
+	var p, s string
+	for b.Loop() {
+		var err error
+		if p, err = Compress(merged, Probe); err != nil {
+			b.Fatal(err)
+		}
+		if s, err = Compress(merged, strongest); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(p))/float64(len(s)), "gain")
 }

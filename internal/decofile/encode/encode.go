@@ -50,6 +50,17 @@ func (l Level) String() string { return fmt.Sprintf("q%d/w%d", l.Quality, l.LGWi
 // were chosen with BenchmarkLevels on the standard 4.2 MB sample (see docs/decofile.md).
 var DefaultLevels = []Level{{Quality: 6, LGWin: 22}, {Quality: 9, LGWin: 22}, {Quality: 11, LGWin: 24}}
 
+// Probe is the quick brotli setting whose size bounds what the strongest level can reach. It
+// has the strongest level's window, so long-distance repeats the strongest level uses are
+// seen by the probe too; it takes about 10 ms per MB.
+var Probe = Level{Quality: 2, LGWin: 24}
+
+// MaxGain is how many times smaller than the probe the strongest level's output is assumed to
+// be at most. The largest gain measured is 4.1× (the standard JSON sample, BenchmarkProbeGain);
+// random data, repeated random blocks and repeats megabytes apart gain about 1×. Content whose
+// probe is more than MaxGain times the limit is refused without the expensive levels.
+const MaxGain = 6
+
 // Options configures Encode.
 type Options struct {
 	// Threshold is the merged-JSON size above which the content is compressed; 0 means DefaultThreshold.
@@ -102,9 +113,16 @@ type TooLargeError struct {
 	StoredBytes int
 	// Limit is the most a ConfigMap may hold for this content.
 	Limit int
+	// Bounded says StoredBytes is the quick probe's size, more than MaxGain times Limit: the
+	// stronger levels were not tried.
+	Bounded bool
 }
 
 func (e *TooLargeError) Error() string {
+	if e.Bounded {
+		return fmt.Sprintf("the Decofile does not fit in a ConfigMap: %d bytes of JSON compress to %d bytes at a quick setting, more than %d times the %d-byte limit, beyond what the strongest setting gains; use spec.target: s3",
+			e.RawBytes, e.StoredBytes, MaxGain, e.Limit)
+	}
 	return fmt.Sprintf("the Decofile does not fit in a ConfigMap: %d bytes of JSON compress to %d bytes, over the %d-byte limit; use spec.target: s3",
 		e.RawBytes, e.StoredBytes, e.Limit)
 }
@@ -188,12 +206,17 @@ func Fits(n, limit int) bool { return n+timestampReserve <= limit }
 
 // Encode chooses the stored form of merged: the JSON itself when it is at most Threshold bytes
 // and fits, otherwise base64 of brotli, trying each level of the ladder until the result fits.
-// When nothing fits it returns a *TooLargeError with the smallest size reached.
+// When nothing fits it returns a *TooLargeError with the smallest size reached. Large content
+// is first compressed at Probe: when that is more than MaxGain times the limit, no level would
+// fit and the expensive ones (seconds per megabyte at the strongest) are not run.
 func Encode(merged []byte, o Options) (*Result, error) {
 	o = o.withDefaults()
 	start := time.Now()
 	if len(merged) <= o.Threshold && Fits(len(merged), o.Limit) {
 		return &Result{Format: decov1.FormatJSON, Key: decov1.KeyJSON, Data: string(merged), RawBytes: len(merged), Duration: time.Since(start)}, nil
+	}
+	if err := probe(merged, o.Limit); err != nil {
+		return nil, err
 	}
 	best := -1
 	for i, lvl := range o.Levels {
@@ -209,6 +232,24 @@ func Encode(merged []byte, o Options) (*Result, error) {
 		}
 	}
 	return nil, &TooLargeError{RawBytes: len(merged), StoredBytes: best, Limit: o.Limit - timestampReserve}
+}
+
+// probe returns a *TooLargeError when the quick form of merged proves that no level fits.
+// Content whose probe could not exceed MaxGain times the limit (its base64 is at most 4/3 of
+// its size, plus a little) skips it.
+func probe(merged []byte, limit int) error {
+	budget := limit - timestampReserve
+	if len(merged)/3*4 <= MaxGain*budget {
+		return nil
+	}
+	data, err := Compress(merged, Probe)
+	if err != nil {
+		return err
+	}
+	if len(data) <= MaxGain*budget {
+		return nil
+	}
+	return &TooLargeError{RawBytes: len(merged), StoredBytes: len(data), Limit: budget, Bounded: true}
 }
 
 // Compress returns base64 (standard encoding) of the brotli form of data at lvl.

@@ -1,6 +1,7 @@
 package encode
 
 import (
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -140,6 +141,59 @@ func TestDefaultLadderEndsAtStrongest(t *testing.T) {
 	for i := 1; i < len(DefaultLevels); i++ {
 		if DefaultLevels[i].Quality <= DefaultLevels[i-1].Quality {
 			t.Fatalf("ladder not increasing: %v", DefaultLevels)
+		}
+	}
+}
+
+// incompressible is n random bytes: no brotli level makes it smaller.
+func incompressible(t testing.TB, n int) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestEncodeBoundRefusesWithoutTheLadder: content whose quick probe is more than MaxGain times
+// the limit is TooLarge at once (Bounded: the levels were not run), with the probe's size.
+func TestEncodeBoundRefusesWithoutTheLadder(t *testing.T) {
+	merged := incompressible(t, 5<<20)
+	_, err := Encode(merged, Options{})
+	var tl *TooLargeError
+	if !errors.As(err, &tl) {
+		t.Fatalf("want TooLargeError, got %v", err)
+	}
+	if !tl.Bounded || tl.StoredBytes <= MaxGain*tl.Limit || tl.RawBytes != len(merged) {
+		t.Fatalf("the ladder ran or the bound is wrong: %+v", tl)
+	}
+	if !strings.Contains(tl.Error(), "quick setting") || !strings.Contains(tl.Error(), "target: s3") {
+		t.Fatalf("message: %s", tl)
+	}
+}
+
+// TestEncodeBoundKeepsWhatFits: the bound never refuses content whose strongest form fits:
+// the standard sample with the limit just above its quality-11 size, and repeats farther apart
+// than the first level's window, are still stored.
+func TestEncodeBoundKeepsWhatFits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the strongest level on megabytes")
+	}
+	x := incompressible(t, 700<<10)
+	far := append(append(append([]byte{}, x...), make([]byte, 4500<<10)...), x...)
+	for name, merged := range map[string][]byte{"standard sample": standardMerged(t), "far repeats": far} {
+		strongest := DefaultLevels[len(DefaultLevels)-1]
+		best, err := Compress(merged, strongest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		limit := len(best) + timestampReserve
+		r, err := Encode(merged, Options{Limit: limit})
+		if err != nil {
+			t.Fatalf("%s: %v (strongest form %d bytes fits the limit %d)", name, err, len(best), limit)
+		}
+		if r.Level != strongest {
+			t.Fatalf("%s: stored at %s", name, r.Level)
 		}
 	}
 }
