@@ -2,12 +2,15 @@ package commitrequest
 
 import (
 	"errors"
+	"fmt"
+	"net/http"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/siteops/siteops/internal/mirror/attribution"
+	"github.com/siteops/siteops/internal/mirror/clientauth"
 )
 
 // Options configures the CommitRequest webhook and controller.
@@ -24,6 +27,10 @@ type Options struct {
 	Identity attribution.Identity
 	// RetryAfter is the wait before retrying a request whose target is not running.
 	RetryAfter time.Duration
+	// Clients, when set, limits the webhook to callers presenting an accepted client
+	// certificate (the API server, configured with an AdmissionConfiguration kubeconfig); others
+	// get 403 and record nothing. Nil accepts any caller that reaches the webhook port.
+	Clients *clientauth.Verifier
 }
 
 // Setup registers the admission webhook (when Authors is set and the manager has a webhook
@@ -36,7 +43,18 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if o.Authors != nil {
 		r.Authors = o.Authors
 		if srv := mgr.GetWebhookServer(); srv != nil {
-			srv.Register(WebhookPath, &webhook.Admission{Handler: &Recorder{Authors: o.Authors}})
+			var h http.Handler = &webhook.Admission{Handler: &Recorder{Authors: o.Authors}}
+			if o.Clients != nil {
+				// The webhook server is shared with other parts' webhooks: it asks every caller
+				// for a certificate, and only this path requires an accepted one.
+				ds, ok := srv.(*webhook.DefaultServer)
+				if !ok {
+					return fmt.Errorf("commitrequest: the manager's webhook server (%T) cannot be told to request client certificates; unset --commitrequest-webhook-client-ca", srv)
+				}
+				ds.Options.TLSOpts = append(ds.Options.TLSOpts, clientauth.RequestClientCert)
+				h = o.Clients.Middleware(h)
+			}
+			srv.Register(WebhookPath, h)
 		}
 	}
 	return r.SetupWithManager(mgr)

@@ -12,6 +12,7 @@ package commitrequest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -70,7 +71,12 @@ func (r *Recorder) Handle(ctx context.Context, req admission.Request) admission.
 		Email:       email,
 		RequestedAt: now().UTC().Format(time.RFC3339Nano),
 	}
-	if err := r.Authors.RecordCommandAuthor(ctx, obj.UID, author); err != nil {
+	if err := r.Authors.RecordCommandAuthor(ctx, obj.UID, author); errors.Is(err, store.ErrCommandAuthorRecorded) {
+		// The first record stands: a second, different submitter for one UID is not the API
+		// server admitting a new object.
+		log.Info("WARNING: a different submitter is already recorded for this CommitRequest; the first record stands", "offered", author.Author)
+		return admission.Allowed("")
+	} else if err != nil {
 		// Best effort: never block the request; the controller falls back to the committer.
 		log.Error(err, "record the CommitRequest submitter; its commit will be authored by the committer")
 		return admission.Allowed("submitter not recorded: the commit will be authored by the committer")

@@ -493,8 +493,10 @@ func (s *CommandAuthorStore) key(uid types.UID) string {
 }
 
 // RecordCommandAuthor is the admission-side write: it captures the authenticated submitter when a
-// command CREATE is admitted, keyed by the object's UID. Last write wins (a retried admission
-// re-asserts the same user).
+// command CREATE is admitted, keyed by the object's UID. The first record wins (SET NX): the API
+// server calls the webhook before the object exists, so nobody can know the UID earlier, and a
+// later call for the same UID cannot replace the submitter. A retried admission that names the
+// same user is a no-op; a different user is ErrCommandAuthorRecorded.
 func (s *CommandAuthorStore) RecordCommandAuthor(ctx context.Context, uid types.UID, author CommandAuthor) error {
 	if uid == "" {
 		return errors.New("record command author: the object has no UID")
@@ -506,10 +508,17 @@ func (s *CommandAuthorStore) RecordCommandAuthor(ctx context.Context, uid types.
 	if err != nil {
 		return fmt.Errorf("encode command author: %w", err)
 	}
-	if err := s.client.Set(ctx, s.key(uid), val, s.ttl).Err(); err != nil {
+	set, err := s.client.SetNX(ctx, s.key(uid), val, s.ttl).Result()
+	if err != nil {
 		return fmt.Errorf("record command author for %s: %w", uid, err)
 	}
-	return nil
+	if set {
+		return nil
+	}
+	if have, ok := s.LookupCommandAuthor(ctx, uid); ok && have.Author == author.Author {
+		return nil
+	}
+	return fmt.Errorf("record command author %q for %s: %w", author.Author, uid, ErrCommandAuthorRecorded)
 }
 
 // LookupCommandAuthor is the controller-side read, keyed by the persisted object's UID. ok=false
@@ -526,3 +535,7 @@ func (s *CommandAuthorStore) LookupCommandAuthor(ctx context.Context, uid types.
 	}
 	return a, true
 }
+
+// ErrCommandAuthorRecorded says a command already has a recorded submitter that differs from
+// the one offered: the first record stands.
+var ErrCommandAuthorRecorded = errors.New("a different submitter is already recorded for this command")

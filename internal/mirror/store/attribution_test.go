@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -401,5 +402,29 @@ func TestRecordFactDeleteStatusResponse(t *testing.T) {
 	r := idx.LookupAuthorResolution(ctx, "r", cmGVR, "u1", "6", false)
 	if r.Result != AttributionWeak || r.Fact.Author != "alice" || r.Fact.Verb != "delete" || r.Fact.UID != "u1" {
 		t.Fatalf("removal = %+v", r)
+	}
+}
+
+// TestCommandAuthorFirstRecordWins: a second record for a UID (a forged admission call) never
+// replaces the submitter recorded first.
+func TestCommandAuthorFirstRecordWins(t *testing.T) {
+	s, _ := newAttributionStore(t, "first")
+	ctx := context.Background()
+	cs := s.CommandAuthorStore()
+	real := CommandAuthor{Author: "tenant-a", RequestedAt: "2026-11-29T10:00:00Z"}
+	if err := cs.RecordCommandAuthor(ctx, "u1", real); err != nil {
+		t.Fatal(err)
+	}
+	// The API server retrying the same admission records the same submitter: no error.
+	if err := cs.RecordCommandAuthor(ctx, "u1", CommandAuthor{Author: "tenant-a", RequestedAt: "2026-11-29T10:00:01Z"}); err != nil {
+		t.Fatalf("a retried admission failed: %v", err)
+	}
+	forged := CommandAuthor{Author: "platform-admin", Email: "admin@example.com"}
+	err := cs.RecordCommandAuthor(ctx, "u1", forged)
+	if got, _ := cs.LookupCommandAuthor(ctx, "u1"); got != real {
+		t.Fatalf("after a second record the author is %+v, want the first %+v", got, real)
+	}
+	if !errors.Is(err, ErrCommandAuthorRecorded) {
+		t.Fatalf("a conflicting second record returned %v, want ErrCommandAuthorRecorded", err)
 	}
 }
