@@ -15,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/siteops/siteops/internal/mirror/attribution"
+	"github.com/siteops/siteops/internal/mirror/clientauth"
 	"github.com/siteops/siteops/internal/mirror/commitrequest"
 	"github.com/siteops/siteops/internal/mirror/controller"
 	"github.com/siteops/siteops/internal/mirror/engine"
@@ -43,6 +44,13 @@ type Options struct {
 	// CommitRequest (needs RedisAddr and the manager's webhook server certificate). The flag
 	// defaults to on; code that builds a manager without a webhook server leaves it off.
 	CommitRequestWebhook bool
+	// CommitRequestWebhookClientCA, when set, makes the CommitRequest webhook accept only callers
+	// with a client certificate of this CA bundle named in CommitRequestWebhookClientNames: the
+	// API server, given a client certificate with an AdmissionConfiguration kubeconfig.
+	CommitRequestWebhookClientCA string
+	// CommitRequestWebhookClientNames are the accepted client certificate names (common name or
+	// DNS name).
+	CommitRequestWebhookClientNames []string
 	// WatchRuleWebhook serves the admission webhook that refuses a WatchRule or ClusterWatchRule
 	// selecting resources its author may not list and watch (ruleaccess). The flag defaults to
 	// on; code that builds a manager without a webhook server leaves it off.
@@ -65,6 +73,11 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.RedisKeyPrefix, "redis-key-prefix", o.RedisKeyPrefix, "mirror: root of every Redis key, so installations can share a server")
 	fs.BoolVar(&o.CommitRequestWebhook, "commitrequest-webhook", true, "mirror: serve the admission webhook that records who submits each CommitRequest, its commit author (needs --redis-addr and the webhook server certificate)")
 	fs.BoolVar(&o.WatchRuleWebhook, "watchrule-webhook", true, "mirror: serve the admission webhook that refuses WatchRules and ClusterWatchRules selecting resources their author may not list and watch")
+	if o.CommitRequestWebhookClientNames == nil {
+		o.CommitRequestWebhookClientNames = []string{"kube-apiserver"}
+	}
+	fs.StringVar(&o.CommitRequestWebhookClientCA, "commitrequest-webhook-client-ca", o.CommitRequestWebhookClientCA, "mirror: PEM bundle of the API server's admission client certificate; when set, the CommitRequest webhook refuses callers without an accepted certificate (see docs/mirror.md)")
+	fs.StringSliceVar(&o.CommitRequestWebhookClientNames, "commitrequest-webhook-client-names", o.CommitRequestWebhookClientNames, "mirror: client certificate names (common name or DNS name) the CommitRequest webhook accepts from --commitrequest-webhook-client-ca")
 	o.Attribution.BindFlags(fs)
 }
 
@@ -83,6 +96,9 @@ func (o *Options) Validate() error {
 	}
 	if err := o.Attribution.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if o.CommitRequestWebhookClientCA != "" && len(o.CommitRequestWebhookClientNames) == 0 {
+		errs = append(errs, errors.New("--commitrequest-webhook-client-ca needs --commitrequest-webhook-client-names: any certificate of the CA would be accepted otherwise"))
 	}
 	if o.Attribution.Enabled && o.RedisAddr == "" {
 		errs = append(errs, errors.New("--author-attribution needs --redis-addr: the audit facts are kept in Redis"))
@@ -173,6 +189,13 @@ func SetupWithEngine(mgr ctrl.Manager, o Options) (*engine.Engine, error) {
 	case !o.CommitRequestWebhook:
 	case redisStore != nil:
 		cro.Authors = redisStore.CommandAuthorStore()
+		if o.CommitRequestWebhookClientCA != "" {
+			if cro.Clients, err = clientauth.Load("--commitrequest-webhook-client-ca", o.CommitRequestWebhookClientCA, o.CommitRequestWebhookClientNames); err != nil {
+				return nil, err
+			}
+		} else {
+			log.Info("WARNING: --commitrequest-webhook-client-ca is not set: any caller that reaches the webhook port can record CommitRequest submitters for UIDs not yet recorded")
+		}
 	default:
 		log.Info("CommitRequest submitters are not recorded without --redis-addr: their commits are authored by the committer")
 	}
