@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -57,6 +58,10 @@ type Options struct {
 	DeleteTimeout time.Duration
 	// RolloutPoll is how often a password rotation checks whether workloads rolled out.
 	RolloutPoll time.Duration
+	// ReservedUsers are usernames no tenant may get: the server's replication and Sentinel
+	// users and any other name the platform keeps. "default", "lock" and the admin user are
+	// always reserved.
+	ReservedUsers []string
 
 	envErr error
 }
@@ -82,6 +87,10 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	if o.DeleteTimeout == 0 {
 		o.DeleteTimeout = DefaultDeleteTimeout
 	}
+	if o.ReservedUsers == nil {
+		o.ReservedUsers = slices.Clone(provision.AlwaysReserved)
+	}
+	fs.StringSliceVar(&o.ReservedUsers, "valkey-acl-reserved-users", o.ReservedUsers, "Valkey usernames no tenant namespace may get, comma-separated (add the replication and Sentinel users); default, lock and --valkey-admin-username are always reserved")
 	fs.StringSliceVar(&o.SentinelAddrs, "valkey-sentinel-addrs", o.SentinelAddrs, "Valkey Sentinel host:port addresses, comma-separated (all are watched for failovers)")
 	fs.StringVar(&o.SentinelMaster, "valkey-sentinel-master", o.SentinelMaster, "name the Sentinels monitor the Valkey master under")
 	fs.StringVar(&o.SentinelPassword, "valkey-sentinel-password", o.SentinelPassword, "password of the Sentinels, when they require one")
@@ -116,6 +125,18 @@ func (o *Options) Validate() error {
 		errs = append(errs, errors.New("tenant part: --valkey-tls-ca-file needs --valkey-tls"))
 	}
 	return errors.Join(errs...)
+}
+
+// Reserved returns every username no tenant may get: the flag's list, the admin user and
+// AlwaysReserved.
+func (o *Options) Reserved() []string {
+	out := slices.Clone(o.ReservedUsers)
+	for _, u := range append(slices.Clone(provision.AlwaysReserved), o.AdminUsername) {
+		if u != "" && !slices.Contains(out, u) {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // NodeConfig returns the node-set configuration the options describe.
@@ -165,20 +186,24 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if poll == 0 {
 		poll = 10 * time.Second
 	}
+	events := mgr.GetEventRecorder("siteops-tenant")
+	prover := &resync.Prover{Nodes: nodes, Events: events}
 	r := &provision.Reconciler{
 		Client:        mgr.GetClient(),
-		Secrets:       mgr.GetAPIReader(),
+		Reader:        mgr.GetAPIReader(),
 		Nodes:         nodes,
+		Prover:        prover,
 		Roller:        &rollout.Roller{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient()},
-		Events:        mgr.GetEventRecorder("siteops-tenant"),
-		AdminUsername: o.AdminUsername,
+		Events:        events,
+		ReservedUsers: o.Reserved(),
 		DeleteTimeout: o.DeleteTimeout,
 		RolloutPoll:   poll,
 	}
 	if err := r.SetupWithManager(mgr, secrets); err != nil {
 		return fmt.Errorf("set up tenant namespace controller: %w", err)
 	}
-	syncer := &resync.Syncer{Nodes: nodes, Users: provision.Users(secrets, mgr.GetClient(), o.AdminUsername)}
+	lister := &provision.TenantLister{Namespaces: mgr.GetClient(), ReservedUsers: o.Reserved(), Events: events}
+	syncer := &resync.Syncer{Nodes: nodes, Tenants: lister.List, Prover: prover, Events: events}
 	if err := mgr.Add(&resync.Periodic{Syncer: syncer, Period: o.ResyncPeriod, JitterFactor: 0.1}); err != nil {
 		return fmt.Errorf("add periodic tenant resync: %w", err)
 	}

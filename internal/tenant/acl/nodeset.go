@@ -70,8 +70,18 @@ type NodeResult struct {
 	Node Node
 	// Missing lists the users the node did not have before the batch (Sync only).
 	Missing []string
-	// Err is the node's error: connection failure or the first failed command.
+	// Err is the node's error: the node could not be reached or a round trip failed as a whole.
 	Err error
+	// UserErrs holds, per username, a command the node refused for that user (or a user left out
+	// because it is invalid). The other users of the batch were still applied.
+	UserErrs map[string]error
+}
+
+func (r *NodeResult) userErr(user string, err error) {
+	if r.UserErrs == nil {
+		r.UserErrs = map[string]error{}
+	}
+	r.UserErrs[user] = err
 }
 
 // Result is the outcome of a batch on every node.
@@ -81,7 +91,20 @@ type Result struct {
 	DiscoveryErr error
 }
 
-// Err joins every node's error (and the discovery error) into one, nil when all succeeded.
+// UserErrors returns, per username, the failures of that user on any node (one error per user,
+// naming the node). Node-wide failures are in Err, not here.
+func (r Result) UserErrors() map[string]error {
+	out := map[string]error{}
+	for _, n := range r.Nodes {
+		for u, err := range n.UserErrs {
+			out[u] = errors.Join(out[u], &NodeError{Node: n.Node, Err: err})
+		}
+	}
+	return out
+}
+
+// Err joins every node's error (and the discovery error) into one, nil when all succeeded. A
+// user's own failure (UserErrors) is not a node error: it never holds back the other users.
 func (r Result) Err() error {
 	errs := []error{r.DiscoveryErr}
 	for _, n := range r.Nodes {
@@ -281,8 +304,16 @@ func (n *NodeSet) Delete(ctx context.Context, names []string) Result {
 		for i, name := range names {
 			cmds[i] = []any{"acl", "deluser", name}
 		}
-		_, err := n.pipeline(ctx, node.Addr, cmds)
-		return NodeResult{Node: node, Err: err}
+		res, err := n.pipeline(ctx, node.Addr, cmds)
+		r := NodeResult{Node: node, Err: err}
+		if err == nil {
+			for i, name := range names {
+				if e := replyErr(res[i]); e != nil {
+					r.userErr(name, e)
+				}
+			}
+		}
+		return r
 	})
 }
 
@@ -308,37 +339,86 @@ func (n *NodeSet) Check(ctx context.Context, users []User) Result {
 	})
 }
 
-// UpsertNode applies users on one node in one pipeline.
+// UpsertNode applies users on one node in one pipeline. An invalid user is left out and a user
+// the node refuses is reported in UserErrs; neither stops the others.
 func (n *NodeSet) UpsertNode(ctx context.Context, node Node, users []User) NodeResult {
-	cmds := make([][]any, len(users))
-	for i, u := range users {
+	r := NodeResult{Node: node}
+	valid := r.validUsers(users)
+	cmds := make([][]any, len(valid))
+	for i, u := range valid {
 		cmds[i] = SetUserArgs(u)
 	}
-	_, err := n.pipeline(ctx, node.Addr, cmds)
-	return NodeResult{Node: node, Err: err}
+	res, err := n.pipeline(ctx, node.Addr, cmds)
+	r.Err = err
+	if err == nil {
+		for i, u := range valid {
+			if e := replyErr(res[i]); e != nil {
+				r.userErr(u.Name, e)
+			}
+		}
+	}
+	return r
+}
+
+// validUsers returns the users that pass Validate and records the others in r.UserErrs.
+func (r *NodeResult) validUsers(users []User) []User {
+	out := make([]User, 0, len(users))
+	for _, u := range users {
+		if err := u.Validate(); err != nil {
+			r.userErr(u.Name, fmt.Errorf("left out: %w", err))
+			continue
+		}
+		out = append(out, u)
+	}
+	return out
+}
+
+// replyErr returns the server's refusal of one command, nil when it succeeded.
+func replyErr(c *redis.Cmd) error {
+	if c == nil {
+		return nil
+	}
+	if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	return nil
 }
 
 // SyncNode lists the node's users and re-applies every user in a single pipeline, so Missing
 // reports what the node had lost. ACL USERS is used rather than ACL GETUSER per user because
 // GETUSER renders the whole rule and costs milliseconds per call.
+//
+// Each user's SETUSER stands alone: an invalid user is left out and one the node refuses is
+// reported in UserErrs, and neither stops the other users' commands.
 func (n *NodeSet) SyncNode(ctx context.Context, node Node, users []User) NodeResult {
-	cmds := make([][]any, 0, 1+len(users))
+	r := NodeResult{Node: node}
+	valid := r.validUsers(users)
+	cmds := make([][]any, 0, 1+len(valid))
 	cmds = append(cmds, []any{"acl", "users"})
-	for _, u := range users {
+	for _, u := range valid {
 		cmds = append(cmds, SetUserArgs(u))
 	}
 	res, err := n.pipeline(ctx, node.Addr, cmds)
-	r := NodeResult{Node: node, Err: err}
-	if res != nil && res[0].Err() == nil {
-		have, _ := res[0].StringSlice()
-		present := make(map[string]bool, len(have))
-		for _, name := range have {
-			present[name] = true
+	r.Err = err
+	if err != nil {
+		return r
+	}
+	if e := replyErr(res[0]); e != nil {
+		r.Err = fmt.Errorf("acl users: %w", e)
+		return r
+	}
+	have, _ := res[0].StringSlice()
+	present := make(map[string]bool, len(have))
+	for _, name := range have {
+		present[name] = true
+	}
+	for i, u := range valid {
+		if e := replyErr(res[i+1]); e != nil {
+			r.userErr(u.Name, e)
+			continue
 		}
-		for _, u := range users {
-			if !present[u.Name] {
-				r.Missing = append(r.Missing, u.Name)
-			}
+		if !present[u.Name] {
+			r.Missing = append(r.Missing, u.Name)
 		}
 	}
 	return r
@@ -351,7 +431,16 @@ func (n *NodeSet) PasswordHashes(ctx context.Context, addr, user string) ([]stri
 	if err != nil {
 		return nil, err
 	}
-	return passwordsOf(res[0]), nil
+	if err := replyErr(res[0]); err != nil {
+		return nil, fmt.Errorf("acl getuser: %w", err)
+	}
+	var out []string
+	for _, h := range passwordsOf(res[0]) {
+		if ValidHash(h) {
+			out = append(out, h)
+		}
+	}
+	return out, nil
 }
 
 func (n *NodeSet) each(ctx context.Context, prefer string, f func(context.Context, Node) NodeResult) Result {
@@ -373,9 +462,10 @@ func (n *NodeSet) each(ctx context.Context, prefer string, f func(context.Contex
 // go can take most of a second.
 const pipelineChunk = 200
 
-// pipeline sends cmds to addr in round trips of pipelineChunk commands. It returns every
-// command's reply and the first error that is not a missing-key reply; it stops at the first
-// chunk that fails.
+// pipeline sends cmds to addr in round trips of pipelineChunk commands and returns every
+// command's reply. A command the server refuses is only in its own reply (callers read it per
+// command, so one bad command never holds back the rest); err is set when a round trip failed as
+// a whole (connection, timeout), and then the later chunks are not sent.
 func (n *NodeSet) pipeline(ctx context.Context, addr string, cmds [][]any) ([]*redis.Cmd, error) {
 	if len(cmds) == 0 {
 		return nil, nil
@@ -388,16 +478,16 @@ func (n *NodeSet) pipeline(ctx context.Context, addr string, cmds [][]any) ([]*r
 		for i := start; i < end; i++ {
 			out[i] = pipe.Do(ctx, cmds[i]...)
 		}
-		_, err := pipe.Exec(ctx)
-		if err == nil || errors.Is(err, redis.Nil) {
+		if _, err := pipe.Exec(ctx); err == nil {
 			continue
 		}
 		for i := start; i < end; i++ {
-			if e := out[i].Err(); e != nil && !errors.Is(e, redis.Nil) {
+			e := out[i].Err()
+			var reply redis.Error
+			if e != nil && !errors.Is(e, redis.Nil) && !errors.As(e, &reply) {
 				return out, fmt.Errorf("%s %s: %w", cmds[i][0], cmds[i][1], e)
 			}
 		}
-		return out, err
 	}
 	return out, nil
 }

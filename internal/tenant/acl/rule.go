@@ -8,7 +8,9 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 )
 
@@ -22,16 +24,54 @@ var DeniedCommands = []string{"scan", "randomkey", "dbsize", "keys", "flushall",
 type User struct {
 	// Name is the ACL username.
 	Name string
-	// Password is the current password, given in clear.
+	// Password is the current password, given in clear. A resync does not know it and sets
+	// PasswordHash instead.
 	Password string
+	// PasswordHash is the SHA-256 hex digest of the current password; used when Password is empty.
+	PasswordHash string
 	// RetiredHashes are SHA-256 hex digests of earlier passwords that stay valid until the
 	// workloads using them are rolled.
 	RetiredHashes []string
 }
 
+// CurrentHash returns the SHA-256 hex digest of the current password.
+func (u User) CurrentHash() string {
+	if u.Password != "" {
+		return HashPassword(u.Password)
+	}
+	return u.PasswordHash
+}
+
+var (
+	nameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+	hashRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+)
+
+// ValidHash reports whether h is a SHA-256 hex digest as Valkey stores it (64 lower-case hex).
+func ValidHash(h string) bool { return hashRE.MatchString(h) }
+
+// Validate reports what makes u unusable in ACL SETUSER: a name that is not a DNS label (every
+// tenant name comes from a namespace name, so anything else was forged or corrupted), no current
+// password, or a digest that is not 64 hex characters. It never quotes a password.
+func (u User) Validate() error {
+	var errs []error
+	if !nameRE.MatchString(u.Name) {
+		errs = append(errs, fmt.Errorf("username %q is not a DNS label", u.Name))
+	}
+	if u.Password == "" && !ValidHash(u.PasswordHash) {
+		errs = append(errs, errors.New("no current password, or its digest is not 64 hex characters"))
+	}
+	for i, h := range u.RetiredHashes {
+		if !ValidHash(h) {
+			errs = append(errs, fmt.Errorf("retiring digest #%d is not 64 hex characters", i+1))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Hashes returns the SHA-256 hex digests of every password the user accepts, sorted.
 func (u User) Hashes() []string {
-	out := []string{HashPassword(u.Password)}
+	out := []string{u.CurrentHash()}
 	for _, h := range u.RetiredHashes {
 		if !slices.Contains(out, h) {
 			out = append(out, h)
@@ -45,9 +85,15 @@ func (u User) Hashes() []string {
 // does not depend on what the node had before: the rule is declarative, and a resync never adds up
 // permissions from older versions of the rule.
 func SetUserArgs(u User) []any {
-	args := []any{"acl", "setuser", u.Name, "reset", "on", ">" + u.Password}
+	args := []any{"acl", "setuser", u.Name, "reset", "on"}
+	if u.Password != "" {
+		args = append(args, ">"+u.Password)
+	} else {
+		args = append(args, "#"+u.PasswordHash)
+	}
+	current := u.CurrentHash()
 	for _, h := range u.RetiredHashes {
-		if h != HashPassword(u.Password) {
+		if h != current {
 			args = append(args, "#"+h)
 		}
 	}

@@ -2,6 +2,7 @@ package acl
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -77,5 +78,39 @@ func TestNewNeedsAnAddress(t *testing.T) {
 	}
 	if _, err := New(Config{URL: "::bad"}); err == nil {
 		t.Fatal("New with a bad URL succeeded")
+	}
+}
+
+func TestSetUserArgsFromDigestOnly(t *testing.T) {
+	u := User{Name: "loja", PasswordHash: HashPassword("p1"), RetiredHashes: []string{HashPassword("p0")}}
+	args := SetUserArgs(u)
+	if args[5] != "#"+HashPassword("p1") || args[6] != "#"+HashPassword("p0") {
+		t.Fatalf("a user known by digest must be applied by digest: %v", args[:7])
+	}
+	if u.CurrentHash() != HashPassword("p1") || len(u.Hashes()) != 2 {
+		t.Fatalf("hashes %v", u.Hashes())
+	}
+}
+
+func TestValidateRejectsForgedValues(t *testing.T) {
+	good := User{Name: "loja", PasswordHash: HashPassword("p"), RetiredHashes: []string{HashPassword("o")}}
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, u := range map[string]User{
+		"name with a space":  {Name: "lo ja", Password: "p"},
+		"name with a colon":  {Name: "a:b", Password: "p"},
+		"uppercase name":     {Name: "Loja", Password: "p"},
+		"no password":        {Name: "loja"},
+		"short digest":       {Name: "loja", PasswordHash: "abc"},
+		"garbage retiring":   {Name: "loja", Password: "p", RetiredHashes: []string{"not-a-digest"}},
+		"uppercase retiring": {Name: "loja", Password: "p", RetiredHashes: []string{strings.ToUpper(HashPassword("o"))}},
+		"rule in retiring":   {Name: "loja", Password: "p", RetiredHashes: []string{HashPassword("o") + " ~* +@all"}},
+	} {
+		if err := u.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		} else if strings.Contains(err.Error(), "not-a-digest") {
+			t.Errorf("%s: error quotes the value: %v", name, err)
+		}
 	}
 }

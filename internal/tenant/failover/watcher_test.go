@@ -50,7 +50,13 @@ func startWatcher(t testing.TB, set *servers.SentinelSet, us []acl.User) (*acl.N
 	c := &atomicCounter{}
 	w := &Watcher{
 		Sentinels: set.SentinelAddrs(), MasterName: set.MasterName, Client: ns.SentinelClient, Failovers: c,
-		Resyncer: &resync.Syncer{Nodes: ns, Users: func(context.Context) ([]acl.User, error) { return us, nil }},
+		Resyncer: &resync.Syncer{Nodes: ns, Tenants: func(context.Context) ([]resync.Tenant, error) {
+			ts := make([]resync.Tenant, len(us))
+			for i, u := range us {
+				ts[i] = resync.Tenant{Namespace: "sites-" + u.Name, User: u}
+			}
+			return ts, nil
+		}},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

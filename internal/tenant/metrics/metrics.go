@@ -40,6 +40,24 @@ var (
 		Name: "deco_operator_valkey_tenants_provisioned",
 		Help: "Current provisioned tenants (seeded on startup).",
 	})
+	// UserErrors counts, per namespace, failures of that tenant's own ACL user (invalid stored
+	// state, or a node refusing its SETUSER) that did not stop the other tenants.
+	UserErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "siteops_tenant_acl_user_errors_total",
+		Help: "Failures of one tenant's ACL user that the other tenants' users did not wait for, by namespace.",
+	}, []string{"namespace"})
+	// IsolationViolations is, per node, how many forbidden commands (ACL DRYRUN probes) tenant
+	// users were allowed in the last proof. Anything above 0 means a tenant can reach beyond its
+	// own keys.
+	IsolationViolations = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "siteops_tenant_isolation_violations",
+		Help: "Forbidden commands (cross-tenant GET/SET, SCAN, KEYS, FLUSHALL, EVAL, CONFIG, PUBLISH) tenant users were allowed in the last ACL DRYRUN proof, by node.",
+	}, []string{"node"})
+	// SecretsRestored counts valkey-acl Secrets changed by someone else and written back.
+	SecretsRestored = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "siteops_tenant_secrets_restored_total",
+		Help: "valkey-acl Secrets found changed (username, password, immutability or operator annotations) and restored.",
+	})
 	// Failovers counts Sentinel +switch-master events, once per failover.
 	Failovers = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "deco_operator_valkey_sentinel_failovers_total",
@@ -48,7 +66,8 @@ var (
 )
 
 func init() {
-	crmetrics.Registry.MustRegister(Provisioned, Deleted, Errors, SelfHealed, Tenants, Failovers)
+	crmetrics.Registry.MustRegister(Provisioned, Deleted, Errors, SelfHealed, Tenants, Failovers,
+		UserErrors, IsolationViolations, SecretsRestored)
 	for _, op := range []string{OpUpsert, OpDelete, OpCheck} {
 		Errors.WithLabelValues(op)
 	}

@@ -7,7 +7,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/fields"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -19,24 +19,24 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
-	"github.com/siteops/siteops/internal/tenant/acl"
 	"github.com/siteops/siteops/internal/tenant/metrics"
+	"github.com/siteops/siteops/internal/tenant/resync"
 )
 
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;patch;update
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=serving.knative.dev,resources=services,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch;update
 
-// SecretCache returns a cache holding only Secrets this operator manages, so the controller
-// follows its credential Secrets without caching every Secret of the cluster. Add it to the
-// manager before use.
+// SecretCache returns a cache holding only Secrets named valkey-acl, so the controller sees every
+// change to a tenant's credentials Secret (including one that drops the operator's label) without
+// caching every Secret of the cluster. Add it to the manager before use.
 func SecretCache(mgr ctrl.Manager) (cache.Cache, error) {
 	c, err := cache.New(mgr.GetConfig(), cache.Options{
 		Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Secret{}: {Label: labels.SelectorFromSet(labels.Set{decov1.LabelManagedBy: decov1.ManagedByValue})},
+			&corev1.Secret{}: {Field: fields.OneTermEqualSelector("metadata.name", decov1.ValkeyACLSecretName)},
 		},
 	})
 	if err != nil {
@@ -82,37 +82,56 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, secrets cache.Cache) err
 		Complete(r)
 }
 
-// Users lists every managed tenant's credentials: Secrets this operator wrote, in namespaces
-// that still opt in and hold the finalizer. It also sets the tenants gauge, so the gauge is
-// seeded from the Secrets at startup by the first resync round.
-func Users(secrets, namespaces client.Reader, adminUser string) func(ctx context.Context) ([]acl.User, error) {
-	return func(ctx context.Context) ([]acl.User, error) {
-		var list corev1.SecretList
-		if err := secrets.List(ctx, &list, client.MatchingLabels{decov1.LabelManagedBy: decov1.ManagedByValue}); err != nil {
-			return nil, fmt.Errorf("list tenant Secrets: %w", err)
-		}
-		byName := map[string]acl.User{}
-		for i := range list.Items {
-			s := &list.Items[i]
-			if s.Name != decov1.ValkeyACLSecretName {
-				continue
-			}
-			var ns corev1.Namespace
-			if err := namespaces.Get(ctx, client.ObjectKey{Name: s.Namespace}, &ns); err != nil {
-				continue
-			}
-			if !Wanted(&ns) || !slices.Contains(ns.Finalizers, Finalizer) {
-				continue
-			}
-			name := string(s.Data[decov1.ValkeyACLUsernameKey])
-			if Reserved(name, adminUser) {
-				continue
-			}
-			if u, ok := CredentialsFrom(s, name); ok {
-				byName[name] = u
-			}
-		}
-		metrics.Tenants.Set(float64(len(byName)))
-		return slices.Collect(maps.Values(byName)), nil
+// TenantLister lists the managed tenants from Namespaces only: opted in, holding the finalizer
+// and carrying a password digest. Secrets are never read: a tenant can write its Secret, so
+// nothing in one may decide which users exist or what they accept.
+type TenantLister struct {
+	// Namespaces reads namespaces.
+	Namespaces client.Reader
+	// ReservedUsers are never listed (besides AlwaysReserved).
+	ReservedUsers []string
+	// Events records invalid namespace state; nil records none.
+	Events Recorder
+}
+
+// List returns every managed tenant and sets the tenants gauge, so the gauge is seeded at start
+// by the first resync round. A namespace whose state is partly invalid is listed with its valid
+// digests, counted in siteops_tenant_acl_user_errors_total and evented; one without a valid
+// current digest is left out (its reconcile writes one).
+func (l *TenantLister) List(ctx context.Context) ([]resync.Tenant, error) {
+	var list corev1.NamespaceList
+	if err := l.Namespaces.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("list namespaces: %w", err)
 	}
+	byUser := map[string][]corev1.Namespace{}
+	for _, ns := range list.Items {
+		if !Wanted(&ns) || !slices.Contains(ns.Finalizers, Finalizer) {
+			continue
+		}
+		user := Username(ns.Name)
+		if Reserved(user, l.ReservedUsers) {
+			continue
+		}
+		byUser[user] = append(byUser[user], ns)
+	}
+	out := make([]resync.Tenant, 0, len(byUser))
+	for _, user := range slices.Sorted(maps.Keys(byUser)) {
+		owner := Owner(byUser[user])
+		i := slices.IndexFunc(byUser[user], func(ns corev1.Namespace) bool { return ns.Name == owner })
+		ns := &byUser[user][i]
+		st, err := StateFrom(ns)
+		if err != nil {
+			metrics.UserErrors.WithLabelValues(ns.Name).Inc()
+			if l.Events != nil {
+				l.Events.Eventf(ns, nil, corev1.EventTypeWarning, ReasonInvalidState, "Resync",
+					"ignored invalid Valkey ACL state on the namespace: %v", err)
+			}
+		}
+		if st.Digest == "" {
+			continue
+		}
+		out = append(out, resync.Tenant{Namespace: ns.Name, User: st.User(user)})
+	}
+	metrics.Tenants.Set(float64(len(out)))
+	return out, nil
 }

@@ -1,9 +1,14 @@
 // Package provision is the namespace controller of tenant cache isolation: a namespace annotated
 // deco.sites/valkey-acl=true gets a Valkey ACL user on every node and a Secret holding its
-// credentials, which stays the source of truth for every later resync.
+// credentials. The username comes from the namespace name only, and the authority on passwords
+// is kept on the Namespace, which tenants cannot change: the Secret is output, restored whenever
+// it differs from what the operator wrote.
 package provision
 
 import (
+	"errors"
+	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -17,14 +22,22 @@ import (
 // Finalizer keeps a managed namespace until its ACL user is removed (or the delete timeout ends).
 const Finalizer = "deco.sites/valkey-acl"
 
-// Annotations on the credentials Secret: operator state that is not secret.
+// Annotations on the Namespace: the operator's authoritative state. Tenants can write their
+// Secrets but not their Namespace, so nothing here can be forged for another tenant's user.
 const (
+	// AnnotationPasswordDigest is the SHA-256 hex digest of the current password, as Valkey
+	// stores it (#<hex>). Resyncs apply users from it without reading any Secret.
+	AnnotationPasswordDigest = "deco.sites/valkey-acl-password-sha256"
 	// AnnotationRetiring lists SHA-256 digests of earlier passwords, comma-separated, that stay
 	// valid until every workload has rolled out with the current one.
 	AnnotationRetiring = "deco.sites/valkey-acl-retiring"
 	// AnnotationRotated is the value of the namespace's rotate annotation that was carried out.
 	AnnotationRotated = "deco.sites/valkey-acl-rotated"
 )
+
+// OperatorAnnotationPrefix starts every annotation the operator owns; none belongs on a tenant's
+// Secret, so a Secret carrying one was edited and is restored.
+const OperatorAnnotationPrefix = "deco.sites/valkey-acl"
 
 // Event reasons recorded on namespaces.
 const (
@@ -39,6 +52,8 @@ const (
 	ReasonReservedUsername   = "ValkeyACLReservedUsername"
 	ReasonUsernameCollision  = "ValkeyACLUsernameCollision"
 	ReasonWorkloadsRestarted = "ValkeyACLWorkloadsRestarted"
+	ReasonSecretRestored     = "ValkeyACLSecretRestored"
+	ReasonInvalidState       = "ValkeyACLInvalidState"
 )
 
 // SitesPrefix is removed from a namespace name to form its username.
@@ -68,11 +83,16 @@ func Sibling(namespace string) string {
 	return SitesPrefix + namespace
 }
 
-// Reserved reports whether user must never be given to a tenant: the server's default user, the
-// operator's admin user, and "lock", whose own key pattern "lock:*" would cover every tenant's
-// lock keys.
-func Reserved(user, adminUser string) bool {
-	return user == "" || user == "default" || user == "lock" || (adminUser != "" && user == adminUser)
+// AlwaysReserved are usernames no tenant ever gets, whatever --valkey-acl-reserved-users says:
+// the server's default user, and "lock", whose own key pattern "lock:*" would cover every
+// tenant's lock keys.
+var AlwaysReserved = []string{"default", "lock"}
+
+// Reserved reports whether user must never be given to a tenant: empty, one of AlwaysReserved,
+// or listed in reserved (the admin user, replication and Sentinel users, names the platform
+// keeps).
+func Reserved(user string, reserved []string) bool {
+	return user == "" || slices.Contains(AlwaysReserved, user) || slices.Contains(reserved, user)
 }
 
 // Wanted reports whether a namespace asks for a tenant user and is not being deleted.
@@ -104,18 +124,94 @@ func Owner(candidates []corev1.Namespace) string {
 	return c[0].Name
 }
 
-// CredentialsFrom reads a Secret; ok is false when it lacks a password or names another user.
-func CredentialsFrom(s *corev1.Secret, user string) (acl.User, bool) {
-	if s == nil || string(s.Data[decov1.ValkeyACLUsernameKey]) != user || len(s.Data[decov1.ValkeyACLPasswordKey]) == 0 {
-		return acl.User{}, false
-	}
-	u := acl.User{Name: user, Password: string(s.Data[decov1.ValkeyACLPasswordKey])}
-	for _, h := range strings.Split(s.Annotations[AnnotationRetiring], ",") {
-		if h = strings.TrimSpace(h); h != "" {
-			u.RetiredHashes = append(u.RetiredHashes, h)
+// State is the authoritative credential state of one namespace, kept in its annotations.
+type State struct {
+	// Digest is the SHA-256 hex digest of the current password; empty before the first provision.
+	Digest string
+	// Retiring are digests of earlier passwords still accepted until the workloads rolled out.
+	Retiring []string
+	// Rotated is the rotate annotation value last carried out.
+	Rotated string
+}
+
+// StateFrom reads a namespace's state. Values that are not SHA-256 hex digests are left out and
+// reported in err (without quoting them): the caller keeps working with the valid ones.
+func StateFrom(ns *corev1.Namespace) (State, error) {
+	a := ns.Annotations
+	st := State{Rotated: a[AnnotationRotated]}
+	var errs []error
+	if d := strings.TrimSpace(a[AnnotationPasswordDigest]); d != "" {
+		if acl.ValidHash(d) {
+			st.Digest = d
+		} else {
+			errs = append(errs, fmt.Errorf("annotation %s is not a SHA-256 hex digest", AnnotationPasswordDigest))
 		}
 	}
-	return u, true
+	bad := 0
+	for _, h := range strings.Split(a[AnnotationRetiring], ",") {
+		switch h = strings.TrimSpace(h); {
+		case h == "":
+		case !acl.ValidHash(h):
+			bad++
+		case h != st.Digest && !slices.Contains(st.Retiring, h):
+			st.Retiring = append(st.Retiring, h)
+		}
+	}
+	if bad > 0 {
+		errs = append(errs, fmt.Errorf("annotation %s holds %d values that are not SHA-256 hex digests; they were ignored", AnnotationRetiring, bad))
+	}
+	return st, errors.Join(errs...)
+}
+
+// Apply writes st into annotations (which must not be nil).
+func (st State) Apply(annotations map[string]string) {
+	set := func(k, v string) {
+		if v == "" {
+			delete(annotations, k)
+		} else {
+			annotations[k] = v
+		}
+	}
+	set(AnnotationPasswordDigest, st.Digest)
+	set(AnnotationRetiring, strings.Join(st.Retiring, ","))
+	set(AnnotationRotated, st.Rotated)
+}
+
+// User returns the ACL user st describes, without its clear password.
+func (st State) User(name string) acl.User {
+	return acl.User{Name: name, PasswordHash: st.Digest, RetiredHashes: slices.Clone(st.Retiring)}
+}
+
+// SecretDrift lists what differs between s and the Secret the operator writes for user and
+// password: the fields' names, never their values. An empty list means s is as written.
+func SecretDrift(s *corev1.Secret, user, password string) []string {
+	var d []string
+	if string(s.Data[decov1.ValkeyACLUsernameKey]) != user {
+		d = append(d, "username")
+	}
+	if string(s.Data[decov1.ValkeyACLPasswordKey]) != password {
+		d = append(d, "password")
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Data)) {
+		if k != decov1.ValkeyACLUsernameKey && k != decov1.ValkeyACLPasswordKey {
+			d = append(d, "key "+k)
+		}
+	}
+	if s.Immutable != nil && *s.Immutable {
+		d = append(d, "immutable")
+	}
+	if s.Type != corev1.SecretTypeOpaque {
+		d = append(d, "type")
+	}
+	if s.Labels[decov1.LabelManagedBy] != decov1.ManagedByValue {
+		d = append(d, "label "+decov1.LabelManagedBy)
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Annotations)) {
+		if strings.HasPrefix(k, OperatorAnnotationPrefix) {
+			d = append(d, "annotation "+k)
+		}
+	}
+	return d
 }
 
 // Revision is the pod-template annotation value for credentials: it changes exactly when the

@@ -1,11 +1,14 @@
 package provision
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/tenant/acl"
@@ -32,12 +35,15 @@ func TestNamespacesFor(t *testing.T) {
 }
 
 func TestReserved(t *testing.T) {
-	for _, u := range []string{"", "default", "lock", "operator"} {
-		if !Reserved(u, "operator") {
+	for _, u := range []string{"", "default", "lock", "operator", "replicator"} {
+		if !Reserved(u, []string{"operator", "replicator"}) {
 			t.Errorf("%q not reserved", u)
 		}
 	}
-	if Reserved("loja", "") {
+	if !Reserved("default", nil) || !Reserved("lock", nil) {
+		t.Error("default and lock must stay reserved whatever the flag says")
+	}
+	if Reserved("loja", nil) {
 		t.Error("ordinary name reserved")
 	}
 }
@@ -63,24 +69,61 @@ func TestOwnerPrefersProvisionedThenOldest(t *testing.T) {
 	}
 }
 
-func TestCredentialsFrom(t *testing.T) {
-	s := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationRetiring: "h1, h2,"}},
-		Data:       map[string][]byte{decov1.ValkeyACLUsernameKey: []byte("loja"), decov1.ValkeyACLPasswordKey: []byte("p")},
+func TestStateFromKeepsValidDigestsOnly(t *testing.T) {
+	cur, old := acl.HashPassword("p"), acl.HashPassword("o")
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+		AnnotationPasswordDigest: cur,
+		AnnotationRetiring:       old + ", not-a-digest,," + cur + "," + strings.ToUpper(old),
+		AnnotationRotated:        "2026-1",
+	}}}
+	st, err := StateFrom(ns)
+	if err == nil || strings.Contains(err.Error(), "not-a-digest") {
+		t.Errorf("invalid retiring values: error %v (must say so without quoting them)", err)
 	}
-	u, ok := CredentialsFrom(s, "loja")
-	if !ok || u.Password != "p" || len(u.RetiredHashes) != 2 || u.RetiredHashes[1] != "h2" {
-		t.Fatalf("CredentialsFrom = %+v %v", u, ok)
+	if st.Digest != cur || !slices.Equal(st.Retiring, []string{old}) || st.Rotated != "2026-1" {
+		t.Fatalf("StateFrom = %+v", st)
 	}
-	if _, ok := CredentialsFrom(s, "other"); ok {
-		t.Error("Secret for another user accepted")
+	ns.Annotations[AnnotationPasswordDigest] = "x"
+	if st, err := StateFrom(ns); err == nil || st.Digest != "" {
+		t.Fatalf("invalid current digest accepted: %+v %v", st, err)
 	}
-	s.Data[decov1.ValkeyACLPasswordKey] = nil
-	if _, ok := CredentialsFrom(s, "loja"); ok {
-		t.Error("Secret without password accepted")
+	a := map[string]string{"other": "kept"}
+	State{Digest: cur, Retiring: []string{old}}.Apply(a)
+	State{Digest: cur}.Apply(a)
+	if a[AnnotationPasswordDigest] != cur || a["other"] != "kept" || len(a) != 2 {
+		t.Fatalf("Apply left %v", a)
 	}
-	if _, ok := CredentialsFrom(nil, "loja"); ok {
-		t.Error("missing Secret accepted")
+	if u := (State{Digest: cur}).User("loja"); u.Validate() != nil || u.CurrentHash() != cur {
+		t.Fatalf("User() = %+v", u)
+	}
+}
+
+func TestSecretDriftNamesFieldsNotValues(t *testing.T) {
+	good := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Labels:      map[string]string{decov1.LabelManagedBy: decov1.ManagedByValue},
+			Annotations: map[string]string{"reflector": "x"},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{decov1.ValkeyACLUsernameKey: []byte("loja"), decov1.ValkeyACLPasswordKey: []byte("p")},
+	}
+	if d := SecretDrift(good, "loja", "p"); len(d) != 0 {
+		t.Fatalf("drift in the operator's own Secret: %v", d)
+	}
+	bad := good.DeepCopy()
+	bad.Data[decov1.ValkeyACLUsernameKey] = []byte("victim")
+	bad.Data[decov1.ValkeyACLPasswordKey] = []byte("forged")
+	bad.Data["EXTRA"] = []byte("1")
+	bad.Immutable = ptr.To(true)
+	bad.Annotations[AnnotationRetiring] = "garbage"
+	delete(bad.Labels, decov1.LabelManagedBy)
+	d := SecretDrift(bad, "loja", "p")
+	want := []string{"username", "password", "key EXTRA", "immutable", "label " + decov1.LabelManagedBy, "annotation " + AnnotationRetiring}
+	if !slices.Equal(d, want) {
+		t.Fatalf("SecretDrift = %v, want %v", d, want)
+	}
+	if strings.Contains(strings.Join(d, " "), "forged") {
+		t.Fatal("drift quotes the password")
 	}
 }
 

@@ -2,7 +2,9 @@ package provision
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +22,7 @@ import (
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/tenant/acl"
 	"github.com/siteops/siteops/internal/tenant/metrics"
+	"github.com/siteops/siteops/internal/tenant/resync"
 	"github.com/siteops/siteops/internal/tenant/rollout"
 )
 
@@ -40,16 +43,19 @@ type Recorder interface {
 type Reconciler struct {
 	// Client reads namespaces (cached) and writes namespaces and Secrets.
 	Client client.Client
-	// Secrets reads Secrets without a cluster-wide cache.
-	Secrets client.Reader
+	// Reader reads Namespaces and Secrets without a cache, so each decision starts from the
+	// newest state (a rotation must not run twice on a stale copy).
+	Reader client.Reader
 	// Nodes applies and removes ACL users on the Valkey nodes.
 	Nodes Nodes
+	// Prover, when set, proves the user's isolation on every node before applying it.
+	Prover *resync.Prover
 	// Roller restarts the namespace's workloads after a credential change.
 	Roller *rollout.Roller
 	// Events records Events on namespaces.
 	Events Recorder
-	// AdminUsername is reserved: no tenant may get it.
-	AdminUsername string
+	// ReservedUsers are usernames no tenant may get (besides AlwaysReserved).
+	ReservedUsers []string
 	// DeleteTimeout bounds how long an unreachable Valkey holds a namespace's finalizer.
 	DeleteTimeout time.Duration
 	// RolloutPoll is how often a rotation checks whether workloads finished rolling out.
@@ -73,7 +79,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	r.forgetDelete(ns.Name)
 	user := Username(ns.Name)
-	if Reserved(user, r.AdminUsername) {
+	if Reserved(user, r.ReservedUsers) {
 		r.Events.Eventf(&ns, nil, corev1.EventTypeWarning, ReasonReservedUsername, "Refuse",
 			"username %q is reserved; rename the namespace to get a Valkey ACL user", user)
 		return ctrl.Result{}, nil
@@ -93,7 +99,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		defer r.countTenants(ctx)
 	}
-	return r.provision(ctx, &ns, user)
+	return r.provision(ctx, ns.Name, user)
 }
 
 // owner returns the namespace entitled to user among the opted-in namespaces mapping to it.
@@ -114,60 +120,95 @@ func (r *Reconciler) owner(ctx context.Context, user string) (string, error) {
 	return Owner(candidates), nil
 }
 
-func (r *Reconciler) provision(ctx context.Context, ns *corev1.Namespace, user string) (ctrl.Result, error) {
+// change says why the current password changed in one reconcile.
+type change int
+
+const (
+	unchanged change = iota
+	issued           // first provision (or the first after an upgrade that found nothing to keep)
+	rotated          // the rotate annotation asked for it
+	reissued         // the Secret was deleted or its password replaced: the operator's is unknown
+)
+
+// provision decides the namespace's credentials from its own annotations (the authority), then
+// makes the Secret, the nodes and the workloads follow. The Secret is only ever read to recover
+// the clear password, and only when it matches the digest on the Namespace.
+func (r *Reconciler) provision(ctx context.Context, name, user string) (ctrl.Result, error) {
 	log := logf.FromContext(ctx)
+	ns := &corev1.Namespace{}
+	if err := r.Reader.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	st, stateErr := StateFrom(ns)
+	if stateErr != nil {
+		metrics.UserErrors.WithLabelValues(ns.Name).Inc()
+		r.Events.Eventf(ns, nil, corev1.EventTypeWarning, ReasonInvalidState, "Provision",
+			"ignored invalid Valkey ACL state on the namespace (rewritten now): %v", stateErr)
+	}
 	secret := &corev1.Secret{}
 	key := client.ObjectKey{Namespace: ns.Name, Name: decov1.ValkeyACLSecretName}
-	if err := r.Secrets.Get(ctx, key, secret); err != nil {
+	if err := r.Reader.Get(ctx, key, secret); err != nil {
 		if !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, fmt.Errorf("read Secret %s: %w", key, err)
 		}
 		secret = nil
 	}
-	creds, ok := CredentialsFrom(secret, user)
-	changed := false
+	var pass string
+	if secret != nil && st.Digest != "" && acl.HashPassword(string(secret.Data[decov1.ValkeyACLPasswordKey])) == st.Digest {
+		pass = string(secret.Data[decov1.ValkeyACLPasswordKey])
+	}
+	why := unchanged
 	rotate := ns.Annotations[decov1.AnnotationValkeyACLRotate]
 	switch {
-	case !ok:
-		// New tenant, or its Secret was deleted or emptied: new credentials. Passwords the user
-		// still has on the master stay valid until the workloads restart, so no pod is locked out.
+	case st.Digest == "":
 		var err error
-		if creds, err = r.newCredentials(ctx, user, nil); err != nil {
+		if pass, why, err = r.adopt(ctx, &st, secret, user, rotate); err != nil {
 			return ctrl.Result{}, err
 		}
-		changed = true
-	case rotate != "" && rotate != secret.Annotations[AnnotationRotated]:
-		var err error
-		if creds, err = r.newCredentials(ctx, user, append(creds.RetiredHashes, acl.HashPassword(creds.Password))); err != nil {
-			return ctrl.Result{}, err
-		}
-		changed = true
+	case rotate != "" && rotate != st.Rotated:
+		why, st.Rotated = rotated, rotate
+	case pass == "":
+		why = reissued
 	}
-	if changed {
-		// The Secret is written first: it is the source of truth every later step is derived from.
-		if err := r.writeSecret(ctx, ns, secret, creds, rotate); err != nil {
+	if why == rotated || why == reissued {
+		// The operator's current password is kept valid (by digest) until the workloads rolled;
+		// a password a tenant wrote into the Secret is never applied.
+		st.Retiring = appendNew(st.Retiring, st.Digest)
+		var err error
+		if pass, err = acl.NewPassword(); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
+	st.Digest = acl.HashPassword(pass)
+	st.Retiring = slices.DeleteFunc(st.Retiring, func(h string) bool { return h == st.Digest })
+	// The Namespace is written first: it is the authority every later step and resync follows.
+	if err := r.writeState(ctx, ns, st); err != nil {
+		return ctrl.Result{}, err
+	}
+	creds := acl.User{Name: user, Password: pass, RetiredHashes: st.Retiring}
+	if err := r.restoreSecret(ctx, ns, secret, creds, why); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.prove(ctx, ns.Name, creds)
 	res := r.Nodes.Sync(ctx, "", "", []acl.User{creds})
-	if err := res.Err(); err != nil {
+	if err := errors.Join(res.Err(), res.UserErrors()[user]); err != nil {
 		metrics.Errors.WithLabelValues(metrics.OpUpsert).Inc()
 		r.Events.Eventf(ns, nil, corev1.EventTypeWarning, ReasonProvisionFailed, "Provision",
 			"could not apply Valkey ACL user %q on every node: %v", user, err)
 		return ctrl.Result{}, fmt.Errorf("apply ACL user %q: %w", user, err)
 	}
 	switch {
-	case changed && secret == nil:
+	case why == issued:
 		metrics.Provisioned.Inc()
 		r.Events.Eventf(ns, nil, corev1.EventTypeNormal, ReasonProvisioned, "Provision",
 			"Valkey ACL user %q provisioned on %d nodes", user, len(res.Nodes))
-	case changed && rotate != "" && secret != nil && rotate != secret.Annotations[AnnotationRotated]:
+	case why == rotated:
 		r.Events.Eventf(ns, nil, corev1.EventTypeNormal, ReasonRotated, "Rotate",
 			"Valkey password of %q rotated; the old one stays valid until the workloads have restarted", user)
-	case changed:
+	case why == reissued:
 		metrics.Provisioned.Inc()
 		r.Events.Eventf(ns, nil, corev1.EventTypeNormal, ReasonProvisioned, "Provision",
-			"Valkey credentials of %q were missing from Secret %s and were issued again", user, decov1.ValkeyACLSecretName)
+			"Valkey credentials of %q were missing from (or changed in) Secret %s and were issued again; the previous password stays valid until the workloads have restarted", user, decov1.ValkeyACLSecretName)
 	case len(res.MissingUsers()) > 0:
 		metrics.SelfHealed.Inc()
 		var nodes []string
@@ -181,7 +222,7 @@ func (r *Reconciler) provision(ctx context.Context, ns *corev1.Namespace, user s
 			"Valkey ACL user %q was missing on %s and was provisioned again", user, strings.Join(nodes, ", "))
 	}
 	rev := Revision(creds)
-	if changed || len(creds.RetiredHashes) > 0 {
+	if why != unchanged || len(creds.RetiredHashes) > 0 {
 		patched, err := r.Roller.Roll(ctx, ns.Name, rev)
 		if len(patched) > 0 {
 			names := make([]string, len(patched))
@@ -201,6 +242,70 @@ func (r *Reconciler) provision(ctx context.Context, ns *corev1.Namespace, user s
 	return r.finishRotation(ctx, ns, creds, rev)
 }
 
+// adopt decides the first state of a namespace without a digest: a new tenant, or one
+// provisioned by a version that kept the state on the Secret. The Secret's password is kept only
+// when the master already accepts it for this very user, so a Secret edited before the upgrade
+// is not taken as authority; every password the master accepts stays valid until the rollout.
+func (r *Reconciler) adopt(ctx context.Context, st *State, secret *corev1.Secret, user, rotate string) (string, change, error) {
+	nodes, err := r.Nodes.Discover(ctx, "")
+	if err != nil {
+		metrics.Errors.WithLabelValues(metrics.OpCheck).Inc()
+		return "", unchanged, err
+	}
+	have, err := r.Nodes.PasswordHashes(ctx, nodes[0].Addr, user)
+	if err != nil {
+		metrics.Errors.WithLabelValues(metrics.OpCheck).Inc()
+		return "", unchanged, fmt.Errorf("read existing passwords of %q on %s: %w", user, nodes[0].Addr, err)
+	}
+	for _, h := range have {
+		st.Retiring = appendNew(st.Retiring, h)
+	}
+	if secret != nil && string(secret.Data[decov1.ValkeyACLUsernameKey]) == user {
+		p := string(secret.Data[decov1.ValkeyACLPasswordKey])
+		if p != "" && slices.Contains(have, acl.HashPassword(p)) {
+			if rotate != "" && secret.Annotations[AnnotationRotated] == rotate {
+				st.Rotated = rotate
+			}
+			return p, unchanged, nil
+		}
+	}
+	p, err := acl.NewPassword()
+	if err != nil {
+		return "", unchanged, err
+	}
+	st.Rotated = rotate
+	return p, issued, nil
+}
+
+// writeState records st on the namespace when it differs from what is there.
+func (r *Reconciler) writeState(ctx context.Context, ns *corev1.Namespace, st State) error {
+	patch := client.MergeFromWithOptions(ns.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	if ns.Annotations == nil {
+		ns.Annotations = map[string]string{}
+	}
+	before := maps.Clone(ns.Annotations)
+	st.Apply(ns.Annotations)
+	if maps.Equal(before, ns.Annotations) {
+		return nil
+	}
+	if err := r.Client.Patch(ctx, ns, patch); err != nil {
+		return fmt.Errorf("record Valkey ACL state on namespace %s: %w", ns.Name, err)
+	}
+	return nil
+}
+
+// prove runs the isolation proof for one user on every node, when a Prover is set.
+func (r *Reconciler) prove(ctx context.Context, namespace string, u acl.User) {
+	if r.Prover == nil {
+		return
+	}
+	nodes, err := r.Nodes.Discover(ctx, "")
+	if err != nil {
+		return // Sync reports it
+	}
+	r.Prover.Prove(ctx, nodes, []resync.Tenant{{Namespace: namespace, User: u}}, false)
+}
+
 // finishRotation drops the retired passwords once no workload can still run with them.
 func (r *Reconciler) finishRotation(ctx context.Context, ns *corev1.Namespace, creds acl.User, rev string) (ctrl.Result, error) {
 	pending, err := r.Roller.Pending(ctx, ns.Name, rev)
@@ -211,17 +316,17 @@ func (r *Reconciler) finishRotation(ctx context.Context, ns *corev1.Namespace, c
 		logf.FromContext(ctx).V(1).Info("waiting for workloads to roll out before retiring old passwords", "pending", pending)
 		return ctrl.Result{RequeueAfter: r.RolloutPoll}, nil
 	}
-	secret := &corev1.Secret{}
-	if err := r.Secrets.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: decov1.ValkeyACLSecretName}, secret); err != nil {
-		return ctrl.Result{}, fmt.Errorf("read Secret %s/%s: %w", ns.Name, decov1.ValkeyACLSecretName, err)
+	st, _ := StateFrom(ns)
+	if st.Digest != acl.HashPassword(creds.Password) {
+		return ctrl.Result{Requeue: true}, nil
 	}
-	patch := client.MergeFromWithOptions(secret.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	delete(secret.Annotations, AnnotationRetiring)
-	if err := r.Client.Patch(ctx, secret, patch); err != nil {
-		return ctrl.Result{}, fmt.Errorf("clear retired passwords on Secret %s/%s: %w", ns.Name, secret.Name, err)
+	st.Retiring = nil
+	if err := r.writeState(ctx, ns, st); err != nil {
+		return ctrl.Result{}, err
 	}
 	creds.RetiredHashes = nil
-	if err := r.Nodes.Sync(ctx, "", "", []acl.User{creds}).Err(); err != nil {
+	res := r.Nodes.Sync(ctx, "", "", []acl.User{creds})
+	if err := errors.Join(res.Err(), res.UserErrors()[creds.Name]); err != nil {
 		metrics.Errors.WithLabelValues(metrics.OpUpsert).Inc()
 		return ctrl.Result{}, fmt.Errorf("remove retired passwords of %q: %w", creds.Name, err)
 	}
@@ -230,87 +335,96 @@ func (r *Reconciler) finishRotation(ctx context.Context, ns *corev1.Namespace, c
 	return ctrl.Result{}, nil
 }
 
-// newCredentials makes a new password for user and keeps retired plus whatever passwords the
-// user has on the master valid.
-func (r *Reconciler) newCredentials(ctx context.Context, user string, retired []string) (acl.User, error) {
-	pass, err := acl.NewPassword()
-	if err != nil {
-		return acl.User{}, err
-	}
-	nodes, err := r.Nodes.Discover(ctx, "")
-	if err != nil {
-		metrics.Errors.WithLabelValues(metrics.OpCheck).Inc()
-		return acl.User{}, err
-	}
-	have, err := r.Nodes.PasswordHashes(ctx, nodes[0].Addr, user)
-	if err != nil {
-		metrics.Errors.WithLabelValues(metrics.OpCheck).Inc()
-		return acl.User{}, fmt.Errorf("read existing passwords of %q on %s: %w", user, nodes[0].Addr, err)
-	}
-	for _, h := range append(retired, have...) {
-		if !slices.Contains(retired, h) {
-			retired = append(retired, h)
+// restoreSecret makes the Secret exactly what the operator writes for u, keeping labels and
+// annotations that are not the operator's. An edit by anyone else is undone with a Warning
+// Event; an immutable Secret (or one of another type) is deleted and created again.
+func (r *Reconciler) restoreSecret(ctx context.Context, ns *corev1.Namespace, existing *corev1.Secret, u acl.User, why change) error {
+	var drift []string
+	if existing != nil {
+		drift = SecretDrift(existing, u.Name, u.Password)
+		if len(drift) == 0 {
+			return nil
 		}
 	}
-	return acl.User{Name: user, Password: pass, RetiredHashes: retired}, nil
-}
-
-func (r *Reconciler) writeSecret(ctx context.Context, ns *corev1.Namespace, existing *corev1.Secret, u acl.User, rotated string) error {
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: decov1.ValkeyACLSecretName}}
 	if existing != nil {
-		s = existing.DeepCopy()
+		s.Labels, s.Annotations = maps.Clone(existing.Labels), maps.Clone(existing.Annotations)
+		s.OwnerReferences, s.ResourceVersion = existing.OwnerReferences, existing.ResourceVersion
 	}
 	if s.Labels == nil {
 		s.Labels = map[string]string{}
 	}
 	s.Labels[decov1.LabelManagedBy] = decov1.ManagedByValue
-	if s.Annotations == nil {
-		s.Annotations = map[string]string{}
-	}
-	if len(u.RetiredHashes) > 0 {
-		s.Annotations[AnnotationRetiring] = strings.Join(u.RetiredHashes, ",")
-	} else {
-		delete(s.Annotations, AnnotationRetiring)
-	}
-	if rotated != "" {
-		s.Annotations[AnnotationRotated] = rotated
-	}
+	maps.DeleteFunc(s.Annotations, func(k, _ string) bool { return strings.HasPrefix(k, OperatorAnnotationPrefix) })
 	s.Type = corev1.SecretTypeOpaque
 	s.Data = map[string][]byte{
 		decov1.ValkeyACLUsernameKey: []byte(u.Name),
 		decov1.ValkeyACLPasswordKey: []byte(u.Password),
 	}
 	var err error
-	if existing == nil {
+	switch {
+	case existing == nil:
 		err = r.Client.Create(ctx, s)
-	} else {
+	case (existing.Immutable != nil && *existing.Immutable) || existing.Type != corev1.SecretTypeOpaque:
+		// Neither can be changed in place. The preconditions make sure the Secret deleted is the
+		// one read above, not a newer one.
+		uid, rv := existing.UID, existing.ResourceVersion
+		err = r.Client.Delete(ctx, existing, client.Preconditions{UID: &uid, ResourceVersion: &rv})
+		if err == nil || apierrors.IsNotFound(err) {
+			s.ResourceVersion = ""
+			err = r.Client.Create(ctx, s)
+		}
+	default:
 		// Update carries the resourceVersion read above: a concurrent change fails instead of
-		// being overwritten.
+		// being overwritten, and the retry starts from the newest state.
 		err = r.Client.Update(ctx, s)
 	}
 	if err != nil {
 		return fmt.Errorf("write Secret %s/%s: %w", ns.Name, s.Name, err)
 	}
+	// Deliberate changes (rotation, a lost password) rewrite the password; any other difference
+	// is someone else's edit.
+	if edited := slices.DeleteFunc(drift, func(f string) bool { return f == "password" && (why == rotated || why == issued) }); len(edited) > 0 {
+		metrics.SecretsRestored.Inc()
+		r.Events.Eventf(ns, nil, corev1.EventTypeWarning, ReasonSecretRestored, "Restore",
+			"Secret %s was changed outside siteops (%s) and was restored; it is output only, edit the namespace's %s annotation to rotate",
+			decov1.ValkeyACLSecretName, strings.Join(edited, ", "), decov1.AnnotationValkeyACLRotate)
+	}
 	return nil
+}
+
+func appendNew(list []string, h string) []string {
+	if h == "" || slices.Contains(list, h) {
+		return list
+	}
+	return append(list, h)
 }
 
 // deprovision removes the user from every node, then the Secret (on opt-out) and the finalizer.
 // An unreachable Valkey is retried until the delete timeout, then given up with a Warning.
 func (r *Reconciler) deprovision(ctx context.Context, ns *corev1.Namespace) (ctrl.Result, error) {
+	// The user is derived from the namespace name, like when it was provisioned; the Secret is
+	// tenant-writable and never names the user to delete.
 	user := Username(ns.Name)
 	secret := &corev1.Secret{}
-	err := r.Secrets.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: decov1.ValkeyACLSecretName}, secret)
+	err := r.Reader.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: decov1.ValkeyACLSecretName}, secret)
 	switch {
 	case err == nil:
-		if name := string(secret.Data[decov1.ValkeyACLUsernameKey]); name != "" && !Reserved(name, r.AdminUsername) {
-			user = name
-		}
 	case apierrors.IsNotFound(err):
 		secret = nil
 	default:
 		return ctrl.Result{}, fmt.Errorf("read Secret %s/%s: %w", ns.Name, decov1.ValkeyACLSecretName, err)
 	}
-	if err := r.Nodes.Delete(ctx, []string{user}).Err(); err != nil {
+	var delErr error
+	if Reserved(user, r.ReservedUsers) {
+		// Reserved after it was provisioned: the name is someone else's now, never delete it.
+		r.Events.Eventf(ns, nil, corev1.EventTypeWarning, ReasonReservedUsername, "Delete",
+			"username %q is reserved now; it was not deleted from Valkey", user)
+	} else {
+		res := r.Nodes.Delete(ctx, []string{user})
+		delErr = errors.Join(res.Err(), res.UserErrors()[user])
+	}
+	if err := delErr; err != nil {
 		metrics.Errors.WithLabelValues(metrics.OpDelete).Inc()
 		deadline := deleteDeadline(ns, r.firstDelete(ns.Name), r.DeleteTimeout)
 		if left := time.Until(deadline); left > 0 {
@@ -326,12 +440,14 @@ func (r *Reconciler) deprovision(ctx context.Context, ns *corev1.Namespace) (ctr
 		r.Events.Eventf(ns, nil, corev1.EventTypeNormal, ReasonDeleted, "Delete", "Valkey ACL user %q deleted from every node", user)
 	}
 	if secret != nil && ns.DeletionTimestamp == nil {
+		// Only the operator's own credentials leave with the opt-out.
 		if err := r.Client.Delete(ctx, secret); client.IgnoreNotFound(err) != nil {
 			return ctrl.Result{}, fmt.Errorf("delete Secret %s/%s: %w", ns.Name, secret.Name, err)
 		}
 	}
 	patch := client.MergeFromWithOptions(ns.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(ns, Finalizer)
+	State{}.Apply(ns.Annotations)
 	if err := r.Client.Patch(ctx, ns, patch); err != nil {
 		return ctrl.Result{}, fmt.Errorf("remove finalizer from namespace %s: %w", ns.Name, client.IgnoreNotFound(err))
 	}

@@ -1,5 +1,6 @@
-// Package rollout restarts the workloads of a namespace that read the tenant's Valkey Secret, so
-// new pods start with new credentials, and tells when every restarted workload has rolled out.
+// Package rollout restarts the workloads (Deployments, StatefulSets, Knative Services) of a
+// namespace that read the tenant's Valkey Secret, so new pods start with new credentials, and
+// tells when every restarted workload has rolled out.
 // Knative Services are handled as unstructured objects so the operator does not depend on
 // Knative's Go packages; clusters without Knative are skipped.
 package rollout
@@ -79,6 +80,21 @@ func (r *Roller) Roll(ctx context.Context, namespace, rev string) ([]Workload, e
 		}
 		patched = append(patched, Workload{Kind: "Deployment", Name: d.Name})
 	}
+	var sets appsv1.StatefulSetList
+	if err := r.Reader.List(ctx, &sets, client.InNamespace(namespace)); err != nil {
+		return patched, errors.Join(append(errs, fmt.Errorf("list StatefulSets in %s: %w", namespace, err))...)
+	}
+	for i := range sets.Items {
+		st := &sets.Items[i]
+		if !Injected(st.Annotations, st.Spec.Template.Annotations) || st.Spec.Template.Annotations[AnnotationRevision] == rev {
+			continue
+		}
+		if err := r.Writer.Patch(ctx, st, patch); err != nil {
+			errs = append(errs, fmt.Errorf("restart StatefulSet %s/%s: %w", namespace, st.Name, err))
+			continue
+		}
+		patched = append(patched, Workload{Kind: "StatefulSet", Name: st.Name})
+	}
 	ksvcs, err := r.knativeServices(ctx, namespace)
 	if err != nil {
 		return patched, errors.Join(append(errs, err)...)
@@ -114,6 +130,19 @@ func (r *Roller) Pending(ctx context.Context, namespace, rev string) ([]Workload
 		}
 		if d.Spec.Template.Annotations[AnnotationRevision] != rev || !DeploymentRolledOut(d) {
 			pending = append(pending, Workload{Kind: "Deployment", Name: d.Name})
+		}
+	}
+	var sets appsv1.StatefulSetList
+	if err := r.Reader.List(ctx, &sets, client.InNamespace(namespace)); err != nil {
+		return nil, fmt.Errorf("list StatefulSets in %s: %w", namespace, err)
+	}
+	for i := range sets.Items {
+		st := &sets.Items[i]
+		if !Injected(st.Annotations, st.Spec.Template.Annotations) {
+			continue
+		}
+		if st.Spec.Template.Annotations[AnnotationRevision] != rev || !StatefulSetRolledOut(st) {
+			pending = append(pending, Workload{Kind: "StatefulSet", Name: st.Name})
 		}
 	}
 	ksvcs, err := r.knativeServices(ctx, namespace)
@@ -160,6 +189,19 @@ func DeploymentRolledOut(d *appsv1.Deployment) bool {
 	}
 	s := d.Status
 	return s.ObservedGeneration >= d.Generation && s.UpdatedReplicas == want && s.Replicas == want && s.AvailableReplicas == want
+}
+
+// StatefulSetRolledOut reports whether the StatefulSet controller has seen the current spec and
+// every replica runs its newest revision. A StatefulSet with the OnDelete strategy only gets
+// there once someone deletes its pods, so until then the older password stays valid.
+func StatefulSetRolledOut(s *appsv1.StatefulSet) bool {
+	want := int32(1)
+	if s.Spec.Replicas != nil {
+		want = *s.Spec.Replicas
+	}
+	st := s.Status
+	return st.ObservedGeneration >= s.Generation && st.UpdateRevision != "" && st.CurrentRevision == st.UpdateRevision &&
+		st.UpdatedReplicas == want && st.Replicas == want && st.ReadyReplicas == want
 }
 
 // KnativeServiceRolledOut reports whether Knative has seen the current spec, its newest Revision

@@ -39,6 +39,27 @@ func TestDeploymentRolledOut(t *testing.T) {
 	}
 }
 
+func TestStatefulSetRolledOut(t *testing.T) {
+	s := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Generation: 4}, Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](2)}}
+	s.Status = appsv1.StatefulSetStatus{ObservedGeneration: 4, Replicas: 2, UpdatedReplicas: 2, ReadyReplicas: 2, CurrentRevision: "web-2", UpdateRevision: "web-2"}
+	if !StatefulSetRolledOut(s) {
+		t.Fatal("finished rollout not recognised")
+	}
+	for name, mutate := range map[string]func(*appsv1.StatefulSetStatus){
+		"old generation":    func(s *appsv1.StatefulSetStatus) { s.ObservedGeneration = 3 },
+		"old revision left": func(s *appsv1.StatefulSetStatus) { s.CurrentRevision = "web-1" },
+		"not updated":       func(s *appsv1.StatefulSetStatus) { s.UpdatedReplicas = 1 },
+		"not ready":         func(s *appsv1.StatefulSetStatus) { s.ReadyReplicas = 1 },
+		"no revision yet":   func(s *appsv1.StatefulSetStatus) { s.CurrentRevision, s.UpdateRevision = "", "" },
+	} {
+		c := s.DeepCopy()
+		mutate(&c.Status)
+		if StatefulSetRolledOut(c) {
+			t.Errorf("%s: reported rolled out", name)
+		}
+	}
+}
+
 func TestKnativeServiceRolledOut(t *testing.T) {
 	s := &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"generation": int64(2)}, "status": map[string]any{
 		"observedGeneration": int64(2), "latestCreatedRevisionName": "web-2", "latestReadyRevisionName": "web-2",
