@@ -92,14 +92,22 @@ func (c Config) withDefaults() Config {
 	if c.Client == nil {
 		c.Client = NewClient()
 	}
+	// A pod is tenant-run: whatever client is given, a redirect is answered, never followed.
+	cl := *c.Client
+	cl.CheckRedirect = noRedirects
+	c.Client = &cl
 	return c
 }
+
+// noRedirects makes the client return a 3xx answer as it is: following it would send the reload
+// token and the Decofile wherever a tenant's pod points.
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // NewClient is an HTTP client fit for notifying many pods once each: no proxy (pod IPs are
 // cluster-internal), and no idle connections kept after a rollout.
 func NewClient() *http.Client {
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
-	return &http.Client{Transport: &http.Transport{
+	return &http.Client{CheckRedirect: noRedirects, Transport: &http.Transport{
 		Proxy: nil,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			c, err := dialer.DialContext(ctx, network, addr)
@@ -417,19 +425,48 @@ func (n *Notifier) send(ctx context.Context, r Rollout, src bodySource, pod Pod)
 		return 0, fmt.Errorf("request failed: %w", unwrapURLError(err))
 	}
 	defer resp.Body.Close()
-	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-	switch code := resp.StatusCode; code {
-	case http.StatusOK:
+	// Only a short, sanitized excerpt of what the pod answered goes into results (and from there
+	// into status, Events and logs); the rest is not read: keep-alives are off.
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, MaxExcerptBytes))
+	switch code := resp.StatusCode; {
+	case code == http.StatusOK:
 		return code, nil
-	case http.StatusUnauthorized, http.StatusForbidden:
+	case code >= 300 && code < 400:
+		return code, permanentError{fmt.Errorf("HTTP %d: the pod answered with a redirect, which is not followed; its %s must answer the reload itself",
+			code, decov1alpha1.ReloadPath)}
+	case code == http.StatusUnauthorized || code == http.StatusForbidden:
 		return code, permanentError{fmt.Errorf("HTTP %d: the pod rejected the reload token (its %s differs from the Decofile's reload Secret)",
 			code, decov1alpha1.EnvReloadToken)}
-	case http.StatusBadRequest, http.StatusNotFound, http.StatusMethodNotAllowed:
-		return code, permanentError{fmt.Errorf("HTTP %d: %s", code, bytes.TrimSpace(snippet))}
+	case code == http.StatusBadRequest || code == http.StatusNotFound || code == http.StatusMethodNotAllowed:
+		return code, permanentError{fmt.Errorf("HTTP %d%s", code, Excerpt(snippet))}
 	default:
-		return code, fmt.Errorf("HTTP %d: %s", code, bytes.TrimSpace(snippet))
+		return code, fmt.Errorf("HTTP %d%s", code, Excerpt(snippet))
 	}
+}
+
+// MaxExcerptBytes bounds the part of a pod's answer that is read and reported.
+const MaxExcerptBytes = 128
+
+// Excerpt turns the start of a pod's answer into ": <text>" fit for a condition message: at most
+// MaxExcerptBytes, printable ASCII only (control characters and other bytes become spaces, runs
+// of spaces one), or "" when nothing printable is left.
+func Excerpt(b []byte) string {
+	b = b[:min(len(b), MaxExcerptBytes)]
+	out := make([]byte, 0, len(b))
+	for _, c := range b {
+		if c < 0x20 || c > 0x7e {
+			c = ' '
+		}
+		if c == ' ' && (len(out) == 0 || out[len(out)-1] == ' ') {
+			continue
+		}
+		out = append(out, c)
+	}
+	out = bytes.TrimRight(out, " ")
+	if len(out) == 0 {
+		return ""
+	}
+	return ": " + string(out)
 }
 
 // unwrapURLError drops the "Post \"http://…\":" prefix: the pod is named by the caller.

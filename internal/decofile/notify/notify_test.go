@@ -283,3 +283,41 @@ func TestLargeBody(t *testing.T) {
 		}
 	}
 }
+
+// TestRedirectIsNotFollowed: a pod that redirects the reload, to another loopback server, fails
+// with the status named; the target never sees a request, with the default client or a given one.
+func TestRedirectIsNotFollowed(t *testing.T) {
+	var reached atomic.Int64
+	target := serve(t, "target", http.HandlerFunc(func(http.ResponseWriter, *http.Request) { reached.Add(1) }))
+	to := fmt.Sprintf("http://%s/.decofile/reload", net.JoinHostPort(target.IP, strconv.Itoa(int(target.Port))))
+	for _, code := range []int{http.StatusFound, http.StatusTemporaryRedirect, http.StatusPermanentRedirect} {
+		pod := serve(t, "hop", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, to, code) }))
+		for _, cfg := range []notify.Config{{Attempts: 2}, {Attempts: 2, Client: &http.Client{}}} {
+			res := notify.New(cfg).Run(context.Background(), notify.Rollout{Token: token, Body: []byte("{}"), Pods: []notify.Pod{pod}})
+			pr := res.Pods[0]
+			if pr.Outcome != notify.Failed || pr.Status != code || pr.Attempts != 1 || !strings.Contains(pr.Reason, fmt.Sprintf("HTTP %d", code)) || !strings.Contains(pr.Reason, "redirect") {
+				t.Errorf("HTTP %d: result %+v", code, pr)
+			}
+		}
+	}
+	if n := reached.Load(); n != 0 {
+		t.Fatalf("the redirect target got %d requests", n)
+	}
+}
+
+func TestExcerpt(t *testing.T) {
+	cases := map[string]string{
+		"":                             "",
+		"\r\n\x00":                     "",
+		"warming up\n":                 ": warming up",
+		"\x1b[31mred\x1b[0m\r\nnext":   ": [31mred [0m next",
+		"caf\xc3\xa9 \t ok":            ": caf ok",
+		strings.Repeat("a", 500):       ": " + strings.Repeat("a", notify.MaxExcerptBytes),
+		strings.Repeat("é", 100) + "x": "",
+	}
+	for in, want := range cases {
+		if got := notify.Excerpt([]byte(in)); got != want {
+			t.Errorf("Excerpt(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
