@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -46,8 +47,19 @@ type Verdict struct {
 	Rollout *decov1alpha1.RolloutStatus
 }
 
-// ValidTarget checks a --for value: current, commit:<sha> or timestamp:<ts>.
+// MinCommitPrefix is the fewest hex characters a commit prefix may have (git's default
+// abbreviation, the length of the Decofile's Commit column).
+const MinCommitPrefix = 7
+
+// fullCommitLengths are the lengths of SHA-1 and SHA-256 commit names.
+var fullCommitLengths = []int{40, 64}
+
+// ValidTarget checks a --for value: current, commit:<sha or prefix of at least 7 hex characters>
+// or timestamp:<ts>.
 func ValidTarget(want string) error {
+	if sha, ok := strings.CutPrefix(want, "commit:"); ok && isHex(sha) && len(sha) < MinCommitPrefix {
+		return fmt.Errorf("--for %q: a commit prefix needs at least %d hex characters", want, MinCommitPrefix)
+	}
 	if want == Current || strings.HasPrefix(want, "commit:") && len(want) > len("commit:") ||
 		strings.HasPrefix(want, "timestamp:") && len(want) > len("timestamp:") {
 		return nil
@@ -55,13 +67,72 @@ func ValidTarget(want string) error {
 	return fmt.Errorf("--for %q: want current, commit:<sha> or timestamp:<unix seconds>", want)
 }
 
-// Evaluate decides from one observation. want is an ID (commit:… or timestamp:…) or Current.
+func isHex(s string) bool {
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// commitPrefix returns the lower-case prefix when want names a commit by a prefix (hex, at least
+// MinCommitPrefix characters, shorter than a full commit name).
+func commitPrefix(want string) (string, bool) {
+	sha, ok := strings.CutPrefix(want, "commit:")
+	if !ok || !isHex(sha) || len(sha) < MinCommitPrefix || slices.Contains(fullCommitLengths, len(sha)) {
+		return "", false
+	}
+	return strings.ToLower(sha), true
+}
+
+// resolvePrefix finds the one commit the Decofile knows of (the stored one and the one of its
+// latest rollout) that starts with prefix: "" when none does, an error when two different do.
+func resolvePrefix(df *decov1alpha1.Decofile, prefix string) (string, error) {
+	var candidates []string
+	if df.Status.SourceType != decov1alpha1.SourceInline && df.Status.GitHubCommit != "" {
+		candidates = append(candidates, df.Status.GitHubCommit)
+	}
+	if ro := df.Status.Rollout; ro != nil {
+		if c, ok := strings.CutPrefix(ro.ID, "commit:"); ok {
+			candidates = append(candidates, c)
+		}
+	}
+	found := ""
+	for _, c := range candidates {
+		if !strings.HasPrefix(strings.ToLower(c), prefix) || c == found {
+			continue
+		}
+		if found != "" {
+			return "", fmt.Errorf("commit prefix %s is ambiguous: it matches %s and %s; give more characters", prefix, found, c)
+		}
+		found = c
+	}
+	return found, nil
+}
+
+// Evaluate decides from one observation. want is an ID (commit:… or timestamp:…), a commit
+// prefix (commit:<7 or more hex characters>) or Current; the verdict's ID is the full ID.
 func Evaluate(df *decov1alpha1.Decofile, want string) Verdict {
 	if want == Current {
 		if df.Status.ContentHash == "" {
 			return Verdict{Message: "no content stored yet"}
 		}
 		want = decov1alpha1.RolloutID(&df.Status)
+	}
+	if prefix, ok := commitPrefix(want); ok {
+		full, err := resolvePrefix(df, prefix)
+		switch {
+		case err != nil:
+			return Verdict{Outcome: Failed, ID: want, Message: err.Error()}
+		case full == "":
+			v := Verdict{ID: want, Message: fmt.Sprintf("waiting for the rollout of a commit starting with %s to start", prefix)}
+			if df.Status.ContentHash != "" {
+				v.Message += fmt.Sprintf(" (stored content is %s)", decov1alpha1.RolloutID(&df.Status))
+			}
+			return v
+		}
+		want = "commit:" + full
 	}
 	v := Verdict{ID: want}
 	if df.Spec.Silent {
@@ -101,8 +172,10 @@ func Wait(ctx context.Context, c client.WithWatch, key client.ObjectKey, want st
 	last := Verdict{ID: want, Message: "not read yet"}
 	observe := func(df *decov1alpha1.Decofile) bool {
 		v := Evaluate(df, want)
-		if want == Current && v.ID != "" {
-			want = v.ID // pin "current" to the first version seen, so a later change is not mistaken for it
+		if v.ID != "" && v.ID != want && v.Outcome != Failed {
+			// Pin "current" or a commit prefix to the first version it resolved to, so a later
+			// change is not mistaken for it.
+			want = v.ID
 		}
 		last = v
 		if onUpdate != nil {

@@ -19,6 +19,11 @@ func decofile(commit string, status metav1.ConditionStatus, msg, rolloutID strin
 	return df
 }
 
+const (
+	full  = "0123abcd0123abcd0123abcd0123abcd0123abcd"
+	other = "0123abcdffffffffffffffffffffffffffffffff"
+)
+
 func TestEvaluate(t *testing.T) {
 	cases := []struct {
 		name string
@@ -34,6 +39,11 @@ func TestEvaluate(t *testing.T) {
 		{"prefix is not a match", decofile("abcd", metav1.ConditionTrue, "Successfully notified all pods for commit:abcd", "commit:abcd"), "commit:abc", Pending},
 		{"message only (no rollout summary)", decofile("abc", metav1.ConditionTrue, "Successfully notified all pods for commit:abc", ""), "commit:abc", Succeeded},
 		{"current", decofile("abc", metav1.ConditionTrue, "Successfully notified all pods for commit:abc", "commit:abc"), Current, Succeeded},
+		{"short sha", decofile(full, metav1.ConditionTrue, "Successfully notified all pods for commit:"+full, "commit:"+full), "commit:" + full[:7], Succeeded},
+		{"short sha, upper case", decofile(full, metav1.ConditionTrue, "Successfully notified all pods for commit:"+full, "commit:"+full), "commit:0123ABCD", Succeeded},
+		{"short sha failed", decofile(full, metav1.ConditionFalse, "Failed to notify pods for commit:"+full+": 1 of 2 pods failed", "commit:"+full), "commit:" + full[:9], Failed},
+		{"short sha of another commit", decofile(full, metav1.ConditionTrue, "Successfully notified all pods for commit:"+full, "commit:"+full), "commit:0123abce", Pending},
+		{"short sha ambiguous", decofile(full, metav1.ConditionUnknown, "Notifying pods for commit:"+full, "commit:"+other), "commit:" + full[:7], Failed},
 	}
 	for _, tc := range cases {
 		if got := Evaluate(tc.df, tc.want); got.Outcome != tc.out {
@@ -52,12 +62,12 @@ func TestEvaluate(t *testing.T) {
 }
 
 func TestValidTarget(t *testing.T) {
-	for _, ok := range []string{"current", "commit:abc", "timestamp:1731598481"} {
+	for _, ok := range []string{"current", "commit:0123abc", "commit:" + full, "timestamp:1731598481"} {
 		if err := ValidTarget(ok); err != nil {
 			t.Error(err)
 		}
 	}
-	for _, bad := range []string{"", "commit:", "abc", "branch:main"} {
+	for _, bad := range []string{"", "commit:", "commit:abc", "commit:0123ab", "abc", "branch:main"} {
 		if ValidTarget(bad) == nil {
 			t.Errorf("%q accepted", bad)
 		}
