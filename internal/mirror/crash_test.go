@@ -49,7 +49,7 @@ func startManagerProcess(t *testing.T, bin, kubeconfig, redisAddr, logPath strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "--controllers", "mirror", "--leader-elect=false", "--redis-addr", redisAddr, "--redis-key-prefix", "crash", "--commitrequest-webhook=false",
+	cmd := exec.Command(bin, "--controllers", "mirror", "--leader-elect=false", "--redis-addr", redisAddr, "--redis-key-prefix", "crash", "--commitrequest-webhook=false", "--watchrule-webhook=false",
 		"--metrics-bind-address", "0", "--health-probe-bind-address", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
