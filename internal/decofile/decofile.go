@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"time"
 
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -20,6 +21,7 @@ import (
 	"github.com/siteops/siteops/internal/decofile/rollout"
 	"github.com/siteops/siteops/internal/decofile/s3target"
 	"github.com/siteops/siteops/internal/decofile/source"
+	"github.com/siteops/siteops/internal/egress"
 )
 
 // Options configures the Decofile part.
@@ -43,6 +45,17 @@ type DeliveryOptions struct {
 	GitHubAPIURL, GitHubArchiveURL string
 	// GitHubTokenOrgs may use the operator's GITHUB_TOKEN; "*" allows every org.
 	GitHubTokenOrgs []string
+	// GitHubTokenGrants ("namespace=org/repo" or "namespace=org/*") grant namespaces repositories
+	// for GITHUB_TOKEN, besides the Namespace annotation deco.sites/github-repos.
+	GitHubTokenGrants []string
+	// SourceTimeout bounds each network operation of a source (resolve, download).
+	SourceTimeout time.Duration
+	// SourceAllowedSchemes are the URL schemes sources may use (https and ssh by default).
+	SourceAllowedSchemes []string
+	// SourceAllowedHosts are hosts, host:port pairs and CIDRs sources may reach even when private.
+	SourceAllowedHosts []string
+	// SourceAllowPrivateNetworks lets sources reach private networks (RFC 1918, fc00::/7, CGNAT).
+	SourceAllowPrivateNetworks bool
 	// CompressionThreshold is the merged-JSON size above which content is stored as brotli.
 	CompressionThreshold int
 	// Limits bound what one Decofile may pull in.
@@ -64,7 +77,12 @@ func (o *Options) bindDeliveryFlags(fs *pflag.FlagSet) {
 	d := &o.Delivery
 	fs.StringVar(&d.GitHubAPIURL, "github-api-url", orDefault(d.GitHubAPIURL, source.DefaultGitHubAPIURL), "GitHub REST API base URL (commits API), for GitHub Enterprise")
 	fs.StringVar(&d.GitHubArchiveURL, "github-archive-url", orDefault(d.GitHubArchiveURL, source.DefaultGitHubArchiveURL), "base URL serving <org>/<repo>/zip/<sha> archives")
-	fs.StringSliceVar(&d.GitHubTokenOrgs, "github-token-orgs", d.GitHubTokenOrgs, "GitHub orgs whose Decofiles may use the operator's GITHUB_TOKEN when they name no Secret (\"*\": any org; default: none)")
+	fs.StringSliceVar(&d.GitHubTokenOrgs, "github-token-orgs", d.GitHubTokenOrgs, "GitHub orgs whose Decofiles may use the operator's GITHUB_TOKEN when they name no Secret (\"*\": any org; default: none); each namespace also needs a grant")
+	fs.StringSliceVar(&d.GitHubTokenGrants, "github-token-grants", d.GitHubTokenGrants, "repositories namespaces may read with GITHUB_TOKEN, as namespace=org/repo or namespace=org/* (besides the Namespace annotation deco.sites/github-repos)")
+	fs.DurationVar(&d.SourceTimeout, "source-timeout", orDefault(d.SourceTimeout, source.DefaultTimeout), "time one network operation of a Decofile source (resolving a ref, downloading content) may take")
+	fs.StringSliceVar(&d.SourceAllowedSchemes, "source-allowed-schemes", orDefaultSlice(d.SourceAllowedSchemes, egress.DefaultSchemes), "URL schemes Decofile sources may use (https, ssh, http, file)")
+	fs.StringSliceVar(&d.SourceAllowedHosts, "source-allowed-hosts", d.SourceAllowedHosts, "hosts, host:port pairs, IPs and CIDRs Decofile sources may reach even when loopback, link-local or private")
+	fs.BoolVar(&d.SourceAllowPrivateNetworks, "source-allow-private-networks", d.SourceAllowPrivateNetworks, "let Decofile sources reach private networks (RFC 1918, fc00::/7, 100.64.0.0/10); loopback and link-local stay refused")
 	fs.IntVar(&d.CompressionThreshold, "compression-threshold", orDefault(d.CompressionThreshold, encode.DefaultThreshold), "merged-JSON size in bytes above which a Decofile is stored brotli-compressed as decofile.bin")
 	fs.Int64Var(&d.Limits.ArchiveBytes, "decofile-max-archive-bytes", orDefault(d.Limits.ArchiveBytes, source.DefaultLimits.ArchiveBytes), "largest source archive accepted")
 	fs.Int64Var(&d.Limits.DecompressedBytes, "decofile-max-content-bytes", orDefault(d.Limits.DecompressedBytes, source.DefaultLimits.DecompressedBytes), "most block-file bytes read from one source")
@@ -84,6 +102,13 @@ func (o *Options) bindRolloutFlags(fs *pflag.FlagSet) {
 		o.Rollout.Protocol = notify.ProtocolPush
 	}
 	fs.StringVar((*string)(&o.Rollout.Protocol), "reload-protocol", string(o.Rollout.Protocol), "how pods are told about new content: push (POST the Decofile) or long-poll (GET until timestamp.txt is updated)")
+}
+
+func orDefaultSlice[T any](v, def []T) []T {
+	if len(v) == 0 {
+		return def
+	}
+	return v
 }
 
 func orDefault[T comparable](v, def T) T {
@@ -113,24 +138,42 @@ func (o *Options) Validate() error {
 	if err := o.S3.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if _, err := d.controllerOptions(); err != nil {
+		errs = append(errs, err)
+	}
+	if d.SourceTimeout < 0 {
+		errs = append(errs, errors.New("--source-timeout must not be negative"))
+	}
 	return errors.Join(errs...)
 }
 
 // controllerOptions turns the flags into the delivery controller's options; the fallback GitHub
 // token comes from the GITHUB_TOKEN environment variable, never from a flag.
-func (d DeliveryOptions) controllerOptions() controller.Options {
+func (d DeliveryOptions) controllerOptions() (controller.Options, error) {
+	policy, err := egress.New(egress.Config{Schemes: d.SourceAllowedSchemes, Hosts: d.SourceAllowedHosts,
+		AllowPrivate: d.SourceAllowPrivateNetworks, Settings: source.EgressSettings})
+	if err != nil {
+		return controller.Options{}, fmt.Errorf("--source-allowed-schemes / --source-allowed-hosts: %w", err)
+	}
+	grants, err := source.ParseGrants(d.GitHubTokenGrants)
+	if err != nil {
+		return controller.Options{}, fmt.Errorf("--github-token-grants: %w", err)
+	}
 	return controller.Options{
-		GitHub:                  &source.GitHub{APIURL: d.GitHubAPIURL, ArchiveURL: d.GitHubArchiveURL, Limits: d.Limits},
-		Git:                     &source.Git{Limits: d.Limits},
-		Tokens:                  source.TokenPolicy{Fallback: os.Getenv("GITHUB_TOKEN"), AllowedOrgs: d.GitHubTokenOrgs},
+		GitHub:                  &source.GitHub{APIURL: d.GitHubAPIURL, ArchiveURL: d.GitHubArchiveURL, Limits: d.Limits, Egress: policy, Timeout: d.SourceTimeout},
+		Git:                     &source.Git{Limits: d.Limits, Egress: policy, Timeout: d.SourceTimeout},
+		Tokens:                  source.TokenPolicy{Fallback: os.Getenv("GITHUB_TOKEN"), AllowedOrgs: d.GitHubTokenOrgs, Grants: grants},
 		Encode:                  encode.Options{Threshold: d.CompressionThreshold},
 		MaxConcurrentReconciles: d.Concurrency,
-	}
+	}, nil
 }
 
 // Setup registers the part's controllers and webhooks with mgr.
 func Setup(mgr ctrl.Manager, o Options) error {
-	delivery := o.Delivery.controllerOptions()
+	delivery, err := o.Delivery.controllerOptions()
+	if err != nil {
+		return err
+	}
 	var deleter *s3target.Store
 	if o.S3.Enabled() {
 		store, err := s3target.New(context.Background(), o.S3)

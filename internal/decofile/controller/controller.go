@@ -1,18 +1,19 @@
 // Package controller is the Decofile delivery controller: it retrieves a Decofile's blocks,
 // merges and encodes them, writes the ConfigMap decofile-<name> when the content changed, and
-// records the result in a kstatus-compliant status (observedGeneration, Ready). It never
-// notifies pods: the rollout controller reacts to status.contentHash.
+// records the result in a kstatus-compliant status (observedGeneration, Ready, Reconciling,
+// Stalled). It never notifies pods: the rollout controller reacts to status.contentHash.
+//
+// The ConfigMap lives in the tenant's namespace and the tenant may write it; the status may not
+// be written by the tenant. So whether the ConfigMap still holds what was stored is decided from
+// status.storedHash, never from the ConfigMap's own annotations, and anything else found there is
+// restored with a Warning Event.
 package controller
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,8 +31,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -40,8 +41,9 @@ import (
 	"github.com/siteops/siteops/internal/decofile/source"
 )
 
-// Annotations the controller puts on the ConfigMap so it can tell, without decoding, whether the
-// stored data is exactly what the status describes.
+// Annotations the controller puts on the ConfigMap, for people and tools reading it. They are
+// information only: the ConfigMap is writable by the namespace's users, so the controller
+// decides whether it is intact from status.storedHash.
 const (
 	// AnnotationContentHash is the SHA-256 of the merged JSON held by the ConfigMap.
 	AnnotationContentHash = "deco.sites/content-hash"
@@ -57,7 +59,17 @@ const (
 	ReasonConfigMapConflict = "ConfigMapConflict"
 	// ReasonStoreFailed: writing the ConfigMap failed; retried with backoff.
 	ReasonStoreFailed = "StoreFailed"
+	// ReasonConfigMapRestored (Warning Event): the ConfigMap did not hold what the operator
+	// stored (changed outside the operator) and was rewritten.
+	ReasonConfigMapRestored = "ConfigMapRestored"
+	// ReasonReloadTokenRecreated (Warning Event): the reload Secret was gone and was recreated
+	// with a new token; the workloads using it were restarted so their pods get it.
+	ReasonReloadTokenRecreated = "ReloadTokenRecreated"
 )
+
+// AnnotationRestartedAt on a pod template restarts its pods, as `kubectl rollout restart` does;
+// set when the reload token had to be replaced.
+const AnnotationRestartedAt = "kubectl.kubernetes.io/restartedAt"
 
 // DefaultInterval is how often a branch or tag is re-resolved when spec.interval is unset.
 const DefaultInterval = time.Minute
@@ -100,6 +112,8 @@ type rejectedCommit struct {
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets,verbs=list;patch
+// +kubebuilder:rbac:groups=serving.knative.dev,resources=services,verbs=list;patch
 
 // Setup registers the delivery controller with mgr.
 func Setup(mgr ctrl.Manager, o Options) error {
@@ -108,6 +122,12 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	}
 	if o.Git == nil {
 		o.Git = &source.Git{}
+	}
+	if o.Tokens.Namespaces == nil {
+		o.Tokens.Namespaces = source.NamespaceAnnotations(mgr.GetAPIReader()) // grants of the fallback token
+	}
+	if o.Tokens.Namespaces == nil {
+		o.Tokens.Namespaces = source.NamespaceAnnotations(mgr.GetAPIReader()) // grants of the fallback token
 	}
 	if o.GitHub.Observe == nil {
 		o.GitHub.Observe = func(kind string, code int) {
@@ -138,6 +158,10 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		// A changed or deleted ConfigMap is checked and restored; a deleted reload Secret is recreated.
 		Owns(&corev1.ConfigMap{}, builder.OnlyMetadata).
 		Owns(&corev1.Secret{}, builder.OnlyMetadata, builder.WithPredicates(deletedOnly)).
+		// A Decofile whose deploymentId is held by another is looked at again when that one
+		// goes away or changes its deploymentId.
+		Watches(&decov1.Decofile{}, handler.EnqueueRequestsFromMapFunc(r.sharingDeploymentID),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: o.MaxConcurrentReconciles}).
 		Complete(r)
 }
@@ -154,6 +178,8 @@ type outcome struct {
 	known bool
 	// commit is the resolved commit (github and git sources), also when delivery failed.
 	commit string
+	// restored: the ConfigMap held something the operator did not store and was rewritten.
+	restored bool
 }
 
 // Reconcile brings one Decofile's ConfigMap and status up to date.
@@ -180,7 +206,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	next := df.Status.DeepCopy()
 	next.ObservedGeneration = df.Generation
-	out := r.deliver(ctx, &df, next)
+	var out outcome
+	if holder, err := r.deploymentIDHolder(ctx, &df); err != nil {
+		out = outcome{reason: ReasonStoreFailed, err: err, transient: true}
+	} else if holder != nil {
+		out = conflict(&df, holder)
+	} else {
+		out = r.deliver(ctx, &df, next)
+	}
 	if out.known {
 		reconcilesTotal.WithLabelValues("unchanged").Inc()
 		return ctrl.Result{RequeueAfter: pollInterval(&df)}, nil
@@ -200,6 +233,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	meta.SetStatusCondition(&next.Conditions, metav1.Condition{
 		Type: decov1.ConditionReady, Status: status, Reason: out.reason, Message: out.message, ObservedGeneration: df.Generation,
 	})
+	setKstatus(next, out, df.Generation)
 	if err := r.patchStatus(ctx, &df, next); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -213,6 +247,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			// Backoff comes from the workqueue's rate limiter.
 			return ctrl.Result{}, fmt.Errorf("deliver Decofile %s: %w", req, out.err)
 		}
+	case out.restored:
+		reconcilesTotal.WithLabelValues("restored").Inc()
+		r.recorder.Eventf(&df, nil, corev1.EventTypeWarning, ReasonConfigMapRestored, "Deliver",
+			"ConfigMap %s did not hold the content the operator stored (changed outside the operator); restored it: %s", next.ConfigMapName, out.message)
+		log.Info("Decofile ConfigMap restored", "configMap", next.ConfigMapName)
 	case out.changed:
 		reconcilesTotal.WithLabelValues("stored").Inc()
 		r.recorder.Eventf(&df, nil, corev1.EventTypeNormal, "Stored", "Deliver", "%s", out.message)
@@ -269,6 +308,9 @@ func (r *Reconciler) deliver(ctx context.Context, df *decov1.Decofile, next *dec
 		return fail(err)
 	}
 	intact := isIntact(cm, &df.Status)
+	// The status says this ConfigMap holds content the operator stored, and it does not:
+	// someone else changed it. It is rewritten from the source like any missing content.
+	defaced := cm != nil && !intact && df.Status.StoredHash != "" && df.Status.ConfigMapName == cm.Name
 
 	start := r.now()
 	blocks, commit, cached, err := r.fetch(ctx, df, intact)
@@ -285,6 +327,7 @@ func (r *Reconciler) deliver(ctx context.Context, df *decov1.Decofile, next *dec
 	out.commit = commit
 	if out.err == nil {
 		next.S3URL = "" // back on the configmap target: pods no longer load the object
+		out.restored = defaced && out.changed
 	}
 	return out
 }
@@ -299,6 +342,9 @@ func (r *Reconciler) store(ctx context.Context, df *decov1.Decofile, next *decov
 	succeeded := func(changed bool) outcome {
 		next.SourceType = df.Spec.Source
 		next.GitHubCommit, next.ShortCommit = commit, short(commit)
+		// Also when nothing was written: after a flip back from s3 the status names the
+		// ConfigMap again.
+		next.ConfigMapName = df.ConfigMapName()
 		return outcome{reason: decov1.ReasonSucceeded, message: successMessage(next), changed: changed}
 	}
 	if cached {
@@ -330,8 +376,13 @@ func (r *Reconciler) store(ctx context.Context, df *decov1.Decofile, next *decov
 	ts := df.Status.Timestamp
 	if hash != df.Status.ContentHash || ts == 0 {
 		// Strictly increasing even for two changes within one second: pods wait for a
-		// timestamp.txt at least as new as the one they were told about.
-		ts = max(r.now().Unix(), df.Status.Timestamp+1, timestampOf(cm)+1)
+		// timestamp.txt at least as new as the one they were told about. The ConfigMap's own
+		// timestamp counts only when it is the operator's.
+		var stored int64
+		if intact {
+			stored = timestampOf(cm)
+		}
+		ts = max(r.now().Unix(), df.Status.Timestamp+1, stored+1)
 	}
 	if err := r.writeConfigMap(ctx, df, cm, res, hash, ts); err != nil {
 		return fail(err)
@@ -341,6 +392,7 @@ func (r *Reconciler) store(ctx context.Context, df *decov1.Decofile, next *decov
 		next.LastUpdated = &now
 	}
 	next.ContentHash = hash
+	next.StoredHash = sha(res.Data)
 	next.Timestamp = ts
 	next.Format = res.Format
 	next.RawBytes = int64(res.RawBytes)
@@ -413,7 +465,10 @@ func (r *Reconciler) fetch(ctx context.Context, df *decov1.Decofile, intact bool
 		if err != nil {
 			return nil, "", false, err
 		}
-		token, _ := r.opts.Tokens.Choose(gh.Org, own)
+		token, _, err := r.opts.Tokens.Choose(ctx, df.Namespace, gh.Org, gh.Repo, own)
+		if err != nil {
+			return nil, "", false, err
+		}
 		sha, err := r.opts.GitHub.Resolve(ctx, gh.Org, gh.Repo, gh.Commit, token)
 		if err != nil {
 			return nil, "", false, err
@@ -509,120 +564,6 @@ func (r *Reconciler) gitAuth(ctx context.Context, df *decov1.Decofile) (*source.
 	return a, nil
 }
 
-// configMap reads the Decofile's ConfigMap from the API server (nil when absent).
-func (r *Reconciler) configMap(ctx context.Context, df *decov1.Decofile) (*corev1.ConfigMap, error) {
-	var cm corev1.ConfigMap
-	err := r.reader.Get(ctx, client.ObjectKey{Namespace: df.Namespace, Name: df.ConfigMapName()}, &cm)
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, &source.Error{Reason: ReasonStoreFailed, Transient: true, Err: fmt.Errorf("read ConfigMap %s: %w", df.ConfigMapName(), err)}
-	}
-	if owner := metav1.GetControllerOf(&cm); owner == nil || owner.UID != df.UID {
-		return nil, &source.Error{Reason: ReasonConfigMapConflict, Err: fmt.Errorf("ConfigMap %s exists and is not owned by this Decofile; delete or rename it", cm.Name)}
-	}
-	return &cm, nil
-}
-
-// isIntact reports whether cm holds exactly the content the status describes.
-func isIntact(cm *corev1.ConfigMap, s *decov1.DecofileStatus) bool {
-	if cm == nil || s.ContentHash == "" || cm.Annotations[AnnotationContentHash] != s.ContentHash {
-		return false
-	}
-	data, ok := cm.Data[keyOf(s.Format)]
-	if !ok || sha(data) != cm.Annotations[AnnotationStoredHash] {
-		return false
-	}
-	other := decov1.KeyJSON
-	if s.Format == decov1.FormatJSON {
-		other = decov1.KeyBin
-	}
-	if _, stale := cm.Data[other]; stale {
-		return false
-	}
-	return timestampOf(cm) == s.Timestamp
-}
-
-func sha(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:])
-}
-
-func timestampOf(cm *corev1.ConfigMap) int64 {
-	if cm == nil {
-		return 0
-	}
-	ts, _ := strconv.ParseInt(strings.TrimSpace(cm.Data[decov1.KeyTimestamp]), 10, 64)
-	return ts
-}
-
-// writeConfigMap creates or replaces the ConfigMap's data with res at timestamp ts.
-func (r *Reconciler) writeConfigMap(ctx context.Context, df *decov1.Decofile, cm *corev1.ConfigMap, res *encode.Result, hash string, ts int64) error {
-	create := cm == nil
-	if create {
-		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: df.ConfigMapName(), Namespace: df.Namespace}}
-	}
-	if cm.Labels == nil {
-		cm.Labels = map[string]string{}
-	}
-	if cm.Annotations == nil {
-		cm.Annotations = map[string]string{}
-	}
-	maps.Copy(cm.Labels, map[string]string{decov1.LabelManagedBy: decov1.ManagedByValue, decov1.LabelDecofile: df.Name})
-	cm.Annotations[AnnotationContentHash] = hash
-	cm.Annotations[AnnotationStoredHash] = sha(res.Data)
-	// Replace the whole data: a stale decofile.bin next to a new decofile.json would be loaded.
-	cm.Data = map[string]string{res.Key: res.Data, decov1.KeyTimestamp: strconv.FormatInt(ts, 10)}
-	cm.BinaryData = nil
-	if err := controllerutil.SetControllerReference(df, cm, r.client.Scheme()); err != nil {
-		return &source.Error{Reason: ReasonStoreFailed, Err: fmt.Errorf("own ConfigMap %s: %w", cm.Name, err)}
-	}
-	var err error
-	if create {
-		err = r.client.Create(ctx, cm)
-	} else {
-		err = r.client.Update(ctx, cm) // resourceVersion from the read: a concurrent change conflicts
-	}
-	if err != nil {
-		if apierrors.IsRequestEntityTooLargeError(err) || apierrors.IsInvalid(err) {
-			return &source.Error{Reason: decov1.ReasonTooLarge, Err: fmt.Errorf("the API server refused ConfigMap %s (%d bytes stored): %w; use spec.target: s3", cm.Name, res.StoredBytes(), err)}
-		}
-		return &source.Error{Reason: ReasonStoreFailed, Transient: true, Err: fmt.Errorf("write ConfigMap %s: %w", cm.Name, err)}
-	}
-	return nil
-}
-
-// ensureReloadSecret creates the Decofile's reload Secret with a random token when it does not
-// exist. An existing Secret is never changed: running pods hold its token.
-func (r *Reconciler) ensureReloadSecret(ctx context.Context, df *decov1.Decofile) error {
-	name := df.ReloadSecretName()
-	var s corev1.Secret
-	err := r.reader.Get(ctx, client.ObjectKey{Namespace: df.Namespace, Name: name}, &s)
-	if err == nil {
-		return nil
-	}
-	if !apierrors.IsNotFound(err) {
-		return fmt.Errorf("read reload Secret %s: %w", name, err)
-	}
-	buf := make([]byte, 32)
-	if _, err := rand.Read(buf); err != nil {
-		return fmt.Errorf("generate reload token: %w", err)
-	}
-	s = corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: df.Namespace, Labels: map[string]string{decov1.LabelManagedBy: decov1.ManagedByValue, decov1.LabelDecofile: df.Name}},
-		Type:       corev1.SecretTypeOpaque,
-		Data:       map[string][]byte{decov1.ReloadTokenKey: []byte(hex.EncodeToString(buf))},
-	}
-	if err := controllerutil.SetControllerReference(df, &s, r.client.Scheme()); err != nil {
-		return fmt.Errorf("own reload Secret %s: %w", name, err)
-	}
-	if err := r.client.Create(ctx, &s); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create reload Secret %s: %w", name, err)
-	}
-	return nil
-}
-
 // patchStatus writes next as the Decofile's status unless nothing changed. It patches with an
 // optimistic lock and only the fields this controller owns, so the rollout controller's
 // notifiedHash, rollout and PodsNotified condition are never overwritten.
@@ -659,14 +600,19 @@ func apply(s, next *decov1.DecofileStatus) {
 	s.SourceType = next.SourceType
 	s.GitHubCommit, s.ShortCommit = next.GitHubCommit, next.ShortCommit
 	s.ContentHash = next.ContentHash
+	s.StoredHash = next.StoredHash
 	s.ConfigMapName = next.ConfigMapName
 	s.S3URL = next.S3URL
 	s.Format = next.Format
 	s.RawBytes, s.StoredBytes = next.RawBytes, next.StoredBytes
 	s.Timestamp = next.Timestamp
 	s.LastUpdated = next.LastUpdated
-	if c := meta.FindStatusCondition(next.Conditions, decov1.ConditionReady); c != nil {
-		meta.SetStatusCondition(&s.Conditions, *c)
+	for _, t := range []string{decov1.ConditionReady, decov1.ConditionReconciling, decov1.ConditionStalled} {
+		if c := meta.FindStatusCondition(next.Conditions, t); c != nil {
+			meta.SetStatusCondition(&s.Conditions, *c)
+		} else {
+			meta.RemoveStatusCondition(&s.Conditions, t)
+		}
 	}
 }
 

@@ -3,7 +3,6 @@ package controller_test
 import (
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,7 +28,7 @@ func TestGitSourcePicksUpPushes(t *testing.T) {
 	ns := e.c.Namespace(t, "git", nil)
 	e.create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds", Namespace: ns}, StringData: map[string]string{"username": "deploy", "password": "pw"}})
 	e.create(t, &decov1.Decofile{ObjectMeta: metav1.ObjectMeta{Name: "site", Namespace: ns},
-		Spec: decov1.DecofileSpec{Source: decov1.SourceGit, Interval: &metav1.Duration{Duration: time.Second},
+		Spec: decov1.DecofileSpec{Source: decov1.SourceGit, Interval: &metav1.Duration{Duration: pollEvery},
 			Git: &decov1.GitSource{URL: url, Ref: "main", Path: "site/blocks", SecretRef: &corev1.LocalObjectReference{Name: "creds"}}}})
 	df := e.waitReady(t, ns, "site", metav1.ConditionTrue, decov1.ReasonSucceeded, nil)
 	if df.Status.GitHubCommit != first || df.Status.SourceType != decov1.SourceGit {

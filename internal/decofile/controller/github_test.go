@@ -20,7 +20,7 @@ import (
 
 func githubDecofile(ns, org, repo, ref, secret string) *decov1.Decofile {
 	return &decov1.Decofile{ObjectMeta: metav1.ObjectMeta{Name: "site", Namespace: ns},
-		Spec: decov1.DecofileSpec{Source: decov1.SourceGitHub, Interval: &metav1.Duration{Duration: time.Second},
+		Spec: decov1.DecofileSpec{Source: decov1.SourceGitHub, Interval: &metav1.Duration{Duration: pollEvery},
 			GitHub: &decov1.GitHubSource{Org: org, Repo: repo, Commit: ref, Path: ".deco/blocks", Secret: secret}}}
 }
 
@@ -54,7 +54,7 @@ func TestGitHubBranchCachingAndPolling(t *testing.T) {
 	// Unchanged SHA: the branch is re-resolved every interval, but never downloaded again.
 	resolves := e.gh.CountRepo(org, repo, ghtest.KindResolve)
 	testenv.Eventually(t, waitFor, func() error {
-		if n := e.gh.CountRepo(org, repo, ghtest.KindResolve); n < resolves+2 {
+		if n := e.gh.CountRepo(org, repo, ghtest.KindResolve); n < resolves+1 {
 			return errorf("%d resolves so far", n)
 		}
 		return nil
@@ -89,7 +89,7 @@ func TestGitHubPinnedSHAIsNotPolled(t *testing.T) {
 	sha := e.gh.Push(org, repo, "main", map[string]string{".deco/blocks/a.json": `1`})
 	e.create(t, githubDecofile(ns, org, repo, sha, ""))
 	e.waitReady(t, ns, "site", metav1.ConditionTrue, "", nil)
-	time.Sleep(2500 * time.Millisecond) // more than two intervals
+	time.Sleep(pollEvery + time.Second) // more than one interval
 	if n := e.gh.CountRepo(org, repo, ghtest.KindResolve); n != 0 {
 		t.Fatalf("a commit SHA was resolved %d times", n)
 	}
@@ -100,7 +100,8 @@ func TestGitHubPinnedSHAIsNotPolled(t *testing.T) {
 
 func TestGitHubFallbackToken(t *testing.T) {
 	e := start(t)
-	ns := e.c.Namespace(t, "fallback", nil)
+	// The platform granted the namespace the org's repositories for the operator's token.
+	ns := e.c.Namespace(t, "fallback", map[string]string{source.AnnotationGitHubRepos: allowedOrg + "/*"})
 	// Both repositories are readable with the operator's token; only the allowed org may use it.
 	e.gh.Private(allowedOrg, "site-"+ns, fallbackToken)
 	e.gh.Push(allowedOrg, "site-"+ns, "main", map[string]string{".deco/blocks/a.json": `1`})

@@ -2,16 +2,20 @@ package controller_test
 
 import (
 	"context"
-	"slices"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
@@ -87,20 +91,58 @@ func TestInlineSmallThenLarge(t *testing.T) {
 	}
 }
 
+// TestPrinterColumns reads the Decofile the way `kubectl get` does (the API server's Table
+// form) and checks every column's value, so a column whose JSONPath names no field fails.
 func TestPrinterColumns(t *testing.T) {
 	e := start(t)
-	var crd apiextensionsv1.CustomResourceDefinition
-	if err := e.c.Client.Get(context.Background(), client.ObjectKey{Name: "decofiles.deco.sites"}, &crd); err != nil {
+	ns := e.c.Namespace(t, "columns", nil)
+	org, repo := "acme", "columns-"+ns
+	sha := e.gh.Push(org, repo, "main", map[string]string{".deco/blocks/a.json": `{"v":1}`})
+	e.create(t, githubDecofile(ns, org, repo, "main", ""))
+	df := e.waitReady(t, ns, "site", metav1.ConditionTrue, decov1.ReasonSucceeded, nil)
+	testenv_eventually(t, func() error { // play the rollout controller
+		cur := e.get(t, ns, "site")
+		old := cur.DeepCopy()
+		meta.SetStatusCondition(&cur.Status.Conditions, metav1.Condition{Type: decov1.ConditionPodsNotified, Status: metav1.ConditionFalse, Reason: decov1.ReasonNotificationFailed, Message: "x"})
+		return e.c.Client.Status().Patch(context.Background(), cur, client.MergeFromWithOptions(old, client.MergeFromWithOptimisticLock{}))
+	})
+
+	hc, err := rest.HTTPClientFor(e.c.Config)
+	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
-	for _, c := range crd.Spec.Versions[0].AdditionalPrinterColumns {
-		names = append(names, c.Name)
+	req, err := http.NewRequest(http.MethodGet, strings.TrimSuffix(e.c.Config.Host, "/")+"/apis/deco.sites/v1alpha1/namespaces/"+ns+"/decofiles/site", nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, want := range []string{"Source", "Target", "Commit", "Format", "Size", "Ready", "Age"} {
-		if !slices.Contains(names, want) {
-			t.Errorf("printer column %s missing from %v", want, names)
+	req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var table metav1.Table
+	if err := json.NewDecoder(resp.Body).Decode(&table); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("Table: %d %v", resp.StatusCode, err)
+	}
+	if len(table.Rows) != 1 {
+		t.Fatalf("%d rows", len(table.Rows))
+	}
+	cells := map[string]string{}
+	for i, c := range table.ColumnDefinitions {
+		cells[c.Name] = fmt.Sprint(table.Rows[0].Cells[i])
+	}
+	want := map[string]string{
+		"Name": "site", "Source": "github", "Target": "configmap", "Commit": sha[:7], "Format": "json",
+		"Size": strconv.FormatInt(df.Status.StoredBytes, 10), "Ready": "True", "Notified": "False",
+	}
+	for col, v := range want {
+		if got, ok := cells[col]; !ok || got != v {
+			t.Errorf("column %s = %q (present %v), want %q", col, got, ok, v)
 		}
+	}
+	if age := cells["Age"]; !regexp.MustCompile(`^[0-9]+[smh]`).MatchString(age) {
+		t.Errorf("column Age = %q", age)
 	}
 }
 
@@ -199,7 +241,12 @@ func TestReloadSecretAndRolloutFields(t *testing.T) {
 	if string(s.Data[decov1.ReloadTokenKey]) != "kept-by-operator-users" {
 		t.Fatal("an existing reload token was regenerated")
 	}
-	// Deleted → recreated with a fresh token.
+	// Deleted → recreated with a fresh token, and the workloads injected with this Decofile
+	// (labelled by the webhook) are restarted: their running pods hold the old token and would
+	// answer every later push with 401. Other workloads are left alone.
+	injected, other := workload(ns, "site-web", "site"), workload(ns, "unrelated", "other")
+	e.create(t, injected)
+	e.create(t, other)
 	if err := e.c.Client.Delete(context.Background(), &s); err != nil {
 		t.Fatal(err)
 	}
@@ -213,6 +260,34 @@ func TestReloadSecretAndRolloutFields(t *testing.T) {
 		}
 		return nil
 	})
+	testenv_eventually(t, func() error {
+		var d appsv1.Deployment
+		if err := e.c.Client.Get(context.Background(), client.ObjectKeyFromObject(injected), &d); err != nil {
+			return err
+		}
+		if d.Spec.Template.Annotations[controller.AnnotationRestartedAt] == "" {
+			return errorf("deployment %s not restarted after the new token: %v", d.Name, d.Spec.Template.Annotations)
+		}
+		return nil
+	})
+	e.hasEvent(t, ns, "site", corev1.EventTypeWarning, controller.ReasonReloadTokenRecreated, "deployment/site-web")
+	var d appsv1.Deployment
+	if err := e.c.Client.Get(context.Background(), client.ObjectKeyFromObject(other), &d); err != nil || d.Spec.Template.Annotations[controller.AnnotationRestartedAt] != "" {
+		t.Fatalf("a workload of another Decofile was restarted: %v %v", d.Spec.Template.Annotations, err)
+	}
+}
+
+// workload is a Deployment as the injection webhook leaves it: labelled with its Decofile.
+func workload(ns, name, decofile string) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{decov1.LabelDecofile: decofile}},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "site"}}}},
+		},
+	}
 }
 
 func TestS3TargetNotConfigured(t *testing.T) {

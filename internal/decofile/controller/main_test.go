@@ -40,6 +40,7 @@ const (
 	maxContentBytes  = 8 << 20
 	maxArchiveBytes  = 2 << 20
 	waitFor          = 30 * time.Second
+	pollEvery        = 10 * time.Second // the smallest spec.interval the API accepts
 	reconcileTimeout = 20 * time.Second
 )
 
@@ -63,6 +64,7 @@ func start(t *testing.T) *env {
 		mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
 			Scheme:     c.Scheme,
 			Metrics:    metricsserver.Options{BindAddress: "0"},
+			Logger:     managerLogs.logger(),
 			Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 		})
 		if err != nil {
@@ -70,8 +72,8 @@ func start(t *testing.T) *env {
 		}
 		limits := source.Limits{ArchiveBytes: maxArchiveBytes, DecompressedBytes: maxContentBytes}
 		err = controller.Setup(mgr, controller.Options{
-			GitHub: &source.GitHub{APIURL: gh.APIURL, ArchiveURL: gh.ArchiveURL, Limits: limits},
-			Git:    &source.Git{Limits: limits},
+			GitHub: &source.GitHub{APIURL: gh.APIURL, ArchiveURL: gh.ArchiveURL, Limits: limits, Egress: testEgress},
+			Git:    &source.Git{Limits: limits, Egress: testEgress},
 			Tokens: source.TokenPolicy{Fallback: fallbackToken, AllowedOrgs: []string{allowedOrg}},
 			Encode: encode.Options{Threshold: testThreshold, Limit: testLimit},
 		})

@@ -88,8 +88,10 @@ func (r *Reconciler) deliverS3(ctx context.Context, df *decov1.Decofile, next *d
 	next.RawBytes = int64(len(merged))
 	next.StoredBytes = int64(len(merged))
 	next.S3URL = url
-	// The ConfigMap, if any, is no longer updated: status stops naming it.
+	// The ConfigMap, if any, is no longer updated: status stops naming it, and a flip back
+	// rewrites it rather than trusting what it holds by then.
 	next.ConfigMapName = ""
+	next.StoredHash = ""
 	rawBytes.WithLabelValues(df.Namespace, df.Name).Set(float64(len(merged)))
 	storedBytes.WithLabelValues(df.Namespace, df.Name).Set(float64(len(merged)))
 	return succeeded(true)

@@ -1,0 +1,106 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/internal/decofile/encode"
+	"github.com/siteops/siteops/internal/decofile/source"
+)
+
+// configMap reads the Decofile's ConfigMap from the API server (nil when absent).
+func (r *Reconciler) configMap(ctx context.Context, df *decov1.Decofile) (*corev1.ConfigMap, error) {
+	var cm corev1.ConfigMap
+	err := r.reader.Get(ctx, client.ObjectKey{Namespace: df.Namespace, Name: df.ConfigMapName()}, &cm)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, &source.Error{Reason: ReasonStoreFailed, Transient: true, Err: fmt.Errorf("read ConfigMap %s: %w", df.ConfigMapName(), err)}
+	}
+	if owner := metav1.GetControllerOf(&cm); owner == nil || owner.UID != df.UID {
+		return nil, &source.Error{Reason: ReasonConfigMapConflict, Err: fmt.Errorf("ConfigMap %s exists and is not owned by this Decofile; delete or rename it", cm.Name)}
+	}
+	return &cm, nil
+}
+
+// isIntact reports whether cm holds exactly what the operator stored, as the status (which
+// tenants cannot write) records it: the stored value whose SHA-256 is status.storedHash,
+// timestamp.txt, nothing else, and the informational annotations as written.
+func isIntact(cm *corev1.ConfigMap, s *decov1.DecofileStatus) bool {
+	if cm == nil || s.StoredHash == "" || s.ContentHash == "" {
+		return false
+	}
+	data, ok := cm.Data[keyOf(s.Format)]
+	if !ok || sha(data) != s.StoredHash {
+		return false
+	}
+	if len(cm.Data) != 2 || len(cm.BinaryData) != 0 {
+		return false // a stale decofile.json next to decofile.bin, or anything added
+	}
+	if cm.Annotations[AnnotationContentHash] != s.ContentHash || cm.Annotations[AnnotationStoredHash] != s.StoredHash {
+		return false
+	}
+	return timestampOf(cm) == s.Timestamp
+}
+
+func sha(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+func timestampOf(cm *corev1.ConfigMap) int64 {
+	if cm == nil {
+		return 0
+	}
+	ts, _ := strconv.ParseInt(strings.TrimSpace(cm.Data[decov1.KeyTimestamp]), 10, 64)
+	return ts
+}
+
+// writeConfigMap creates or replaces the ConfigMap's data with res at timestamp ts.
+func (r *Reconciler) writeConfigMap(ctx context.Context, df *decov1.Decofile, cm *corev1.ConfigMap, res *encode.Result, hash string, ts int64) error {
+	create := cm == nil
+	if create {
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: df.ConfigMapName(), Namespace: df.Namespace}}
+	}
+	if cm.Labels == nil {
+		cm.Labels = map[string]string{}
+	}
+	if cm.Annotations == nil {
+		cm.Annotations = map[string]string{}
+	}
+	maps.Copy(cm.Labels, map[string]string{decov1.LabelManagedBy: decov1.ManagedByValue, decov1.LabelDecofile: df.Name})
+	cm.Annotations[AnnotationContentHash] = hash
+	cm.Annotations[AnnotationStoredHash] = sha(res.Data)
+	// Replace the whole data: a stale decofile.bin next to a new decofile.json would be loaded.
+	cm.Data = map[string]string{res.Key: res.Data, decov1.KeyTimestamp: strconv.FormatInt(ts, 10)}
+	cm.BinaryData = nil
+	if err := controllerutil.SetControllerReference(df, cm, r.client.Scheme()); err != nil {
+		return &source.Error{Reason: ReasonStoreFailed, Err: fmt.Errorf("own ConfigMap %s: %w", cm.Name, err)}
+	}
+	var err error
+	if create {
+		err = r.client.Create(ctx, cm)
+	} else {
+		err = r.client.Update(ctx, cm) // resourceVersion from the read: a concurrent change conflicts
+	}
+	if err != nil {
+		if apierrors.IsRequestEntityTooLargeError(err) || apierrors.IsInvalid(err) {
+			return &source.Error{Reason: decov1.ReasonTooLarge, Err: fmt.Errorf("the API server refused ConfigMap %s (%d bytes stored): %w; use spec.target: s3", cm.Name, res.StoredBytes(), err)}
+		}
+		return &source.Error{Reason: ReasonStoreFailed, Transient: true, Err: fmt.Errorf("write ConfigMap %s: %w", cm.Name, err)}
+	}
+	return nil
+}

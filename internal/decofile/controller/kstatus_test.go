@@ -1,0 +1,81 @@
+package controller_test
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
+
+	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
+)
+
+// kstatusOf is what kstatus (and Flux's health checks, kubectl-wait-style tools built on it)
+// make of the Decofile.
+func kstatusOf(t *testing.T, df *decov1.Decofile) *status.Result {
+	t.Helper()
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(df)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{Object: obj}
+	u.SetGroupVersionKind(decov1.GroupVersion.WithKind("Decofile"))
+	res, err := status.Compute(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// TestKstatus: a Decofile that cannot be stored (TooLarge) reads as Failed, with Stalled=True;
+// a healthy one reads as Current, with neither Reconciling nor Stalled; a TooLarge one fixed
+// drops Stalled again.
+func TestKstatus(t *testing.T) {
+	e := start(t)
+	ns := e.c.Namespace(t, "kstatus", nil)
+	e.create(t, &decov1.Decofile{ObjectMeta: metav1.ObjectMeta{Name: "ok", Namespace: ns},
+		Spec: decov1.DecofileSpec{Source: decov1.SourceInline, Inline: inline(map[string]string{"a": `1`})}})
+	ok := e.waitReady(t, ns, "ok", metav1.ConditionTrue, "", nil)
+	if res := kstatusOf(t, ok); res.Status != status.CurrentStatus {
+		t.Fatalf("healthy Decofile: kstatus %s (%s), want Current", res.Status, res.Message)
+	}
+	for _, c := range []string{decov1.ConditionReconciling, decov1.ConditionStalled} {
+		if meta.FindStatusCondition(ok.Status.Conditions, c) != nil {
+			t.Fatalf("healthy Decofile has %s: %+v", c, ok.Status.Conditions)
+		}
+	}
+
+	// Random hex does not compress below the (lowered) ConfigMap limit.
+	buf := make([]byte, testLimit)
+	if _, err := rand.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	big := map[string]string{"blob": `"` + hex.EncodeToString(buf) + `"`}
+	e.create(t, &decov1.Decofile{ObjectMeta: metav1.ObjectMeta{Name: "big", Namespace: ns},
+		Spec: decov1.DecofileSpec{Source: decov1.SourceInline, Inline: inline(big)}})
+	tooLarge := e.waitReady(t, ns, "big", metav1.ConditionFalse, decov1.ReasonTooLarge, nil)
+	res := kstatusOf(t, tooLarge)
+	if res.Status != status.FailedStatus {
+		t.Fatalf("TooLarge Decofile: kstatus %s (%s), want Failed", res.Status, res.Message)
+	}
+	st := meta.FindStatusCondition(tooLarge.Status.Conditions, decov1.ConditionStalled)
+	if st == nil || st.Status != metav1.ConditionTrue || st.Reason != decov1.ReasonTooLarge || st.ObservedGeneration != tooLarge.Generation {
+		t.Fatalf("Stalled %+v", st)
+	}
+	if meta.IsStatusConditionTrue(tooLarge.Status.Conditions, decov1.ConditionReconciling) {
+		t.Fatal("Reconciling and Stalled both True")
+	}
+
+	e.update(t, ns, "big", func(d *decov1.Decofile) { d.Spec.Inline = inline(map[string]string{"blob": `"small"`}) })
+	fixed := e.waitReady(t, ns, "big", metav1.ConditionTrue, "", nil)
+	if res := kstatusOf(t, fixed); res.Status != status.CurrentStatus {
+		t.Fatalf("fixed Decofile: kstatus %s (%s), want Current", res.Status, res.Message)
+	}
+	if meta.FindStatusCondition(fixed.Status.Conditions, decov1.ConditionStalled) != nil {
+		t.Fatalf("Stalled left after the fix: %+v", fixed.Status.Conditions)
+	}
+}

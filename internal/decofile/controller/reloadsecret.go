@@ -1,0 +1,111 @@
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/internal/decofile/inject"
+)
+
+// ensureReloadSecret creates the Decofile's reload Secret with a random token when it does not
+// exist. An existing Secret is never changed: running pods hold its token. When the Secret was
+// there before (the Decofile was reconciled already) and someone deleted it, the new token is
+// not the one running pods hold, so the workloads using it are restarted.
+func (r *Reconciler) ensureReloadSecret(ctx context.Context, df *decov1.Decofile) error {
+	name := df.ReloadSecretName()
+	var s corev1.Secret
+	err := r.reader.Get(ctx, client.ObjectKey{Namespace: df.Namespace, Name: name}, &s)
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("read reload Secret %s: %w", name, err)
+	}
+	buf := make([]byte, 32)
+	if _, err := rand.Read(buf); err != nil {
+		return fmt.Errorf("generate reload token: %w", err)
+	}
+	s = corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: df.Namespace, Labels: map[string]string{decov1.LabelManagedBy: decov1.ManagedByValue, decov1.LabelDecofile: df.Name}},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{decov1.ReloadTokenKey: []byte(hex.EncodeToString(buf))},
+	}
+	if err := controllerutil.SetControllerReference(df, &s, r.client.Scheme()); err != nil {
+		return fmt.Errorf("own reload Secret %s: %w", name, err)
+	}
+	if err := r.client.Create(ctx, &s); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return fmt.Errorf("create reload Secret %s: %w", name, err)
+	}
+	if df.Status.ObservedGeneration == 0 {
+		return nil // first reconcile: no pod can have started with an earlier token
+	}
+	return r.restartWorkloads(ctx, df)
+}
+
+// restartWorkloads restarts the pods of the workloads injected with df (labelled with its name
+// by the injection webhook) by setting AnnotationRestartedAt on their pod templates, as
+// `kubectl rollout restart` does. It runs after the reload Secret was recreated with a new
+// token: pods read DECO_RELEASE_RELOAD_TOKEN once at start, so running ones would answer every
+// later push with 401. The token itself cannot be kept: nothing the operator may read holds it
+// once the Secret is gone (pods reference it; their spec does not contain it).
+func (r *Reconciler) restartWorkloads(ctx context.Context, df *decov1.Decofile) error {
+	at := r.now().UTC().Format(time.RFC3339)
+	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil,
+		`{"spec":{"template":{"metadata":{"annotations":{%q:%q}}}}}`, AnnotationRestartedAt, at))
+	var restarted []string
+	var errs []error
+	for _, gvk := range inject.WorkloadKinds {
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		err := r.reader.List(ctx, list, client.InNamespace(df.Namespace), client.MatchingLabels{decov1.LabelDecofile: df.Name})
+		if meta.IsNoMatchError(err) {
+			continue // e.g. Knative is not installed
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("list %s: %w", gvk.Kind, err))
+			continue
+		}
+		for i := range list.Items {
+			w := &list.Items[i]
+			if w.DeletionTimestamp != nil {
+				continue
+			}
+			if err := r.client.Patch(ctx, w, patch); err != nil {
+				errs = append(errs, fmt.Errorf("restart %s %s: %w", gvk.Kind, w.Name, err))
+				continue
+			}
+			restarted = append(restarted, strings.ToLower(gvk.Kind)+"/"+w.Name)
+		}
+	}
+	slices.Sort(restarted)
+	if len(restarted) > 0 || len(errs) > 0 {
+		msg := "none"
+		if len(restarted) > 0 {
+			msg = strings.Join(restarted, ", ")
+		}
+		r.recorder.Eventf(df, nil, corev1.EventTypeWarning, ReasonReloadTokenRecreated, "Restart",
+			"reload Secret %s was deleted and recreated with a new token; restarted the workloads using it so their pods get it: %s", df.ReloadSecretName(), msg)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("reload Secret %s was recreated with a new token; restart its workloads: %w", df.ReloadSecretName(), err)
+	}
+	return nil
+}
