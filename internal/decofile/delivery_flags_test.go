@@ -1,7 +1,10 @@
 package decofile
 
 import (
+	"context"
+	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -18,23 +21,59 @@ func TestDeliveryFlags(t *testing.T) {
 	}
 	t.Setenv("GITHUB_TOKEN", "from-env")
 	err := fs.Parse([]string{"--github-api-url=http://127.0.0.1:1/api", "--github-archive-url=http://127.0.0.1:1/zip",
-		"--github-token-orgs=acme,Other", "--compression-threshold=1000", "--decofile-max-files=5", "--decofile-max-content-bytes=99"})
+		"--github-token-orgs=acme,Other", "--compression-threshold=1000", "--decofile-max-files=5", "--decofile-max-content-bytes=99",
+		"--github-token-grants=shop=other/shop,agency=acme/*", "--source-timeout=7s", "--source-allowed-schemes=https,http",
+		"--source-allowed-hosts=git.internal,10.0.0.0/8", "--source-allow-private-networks"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	c := o.Delivery.controllerOptions()
+	c, err := o.Delivery.controllerOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if c.GitHub.APIURL != "http://127.0.0.1:1/api" || c.GitHub.ArchiveURL != "http://127.0.0.1:1/zip" || c.Encode.Threshold != 1000 ||
 		c.GitHub.Limits.Files != 5 || c.Git.Limits.DecompressedBytes != 99 {
 		t.Fatalf("controller options %+v", c)
 	}
-	if tok, from := c.Tokens.Choose("other", ""); tok != "from-env" || from != source.TokenFromFallback {
-		t.Fatalf("allowed org: %q %q", tok, from)
+	if c.Git.Timeout != 7*time.Second || c.GitHub.Timeout != 7*time.Second || c.Git.Egress == nil || c.Git.Egress != c.GitHub.Egress {
+		t.Fatalf("source timeout and URL policy not passed: %+v %+v", c.Git, c.GitHub)
 	}
-	if tok, _ := c.Tokens.Choose("stranger", ""); tok != "" {
+	if !c.Git.Egress.AllowsScheme("http") || c.Git.Egress.AllowsScheme("ssh") || c.Git.Egress.CheckAddr("git.internal", netip.MustParseAddr("127.0.0.1"), "80") != nil ||
+		c.Git.Egress.CheckAddr("x", netip.MustParseAddr("192.168.1.1"), "80") != nil || c.Git.Egress.CheckAddr("x", netip.MustParseAddr("127.0.0.1"), "80") == nil {
+		t.Fatal("URL policy flags not applied")
+	}
+	ctx := context.Background()
+	if tok, from, _ := c.Tokens.Choose(ctx, "shop", "other", "shop", ""); tok != "from-env" || from != source.TokenFromFallback {
+		t.Fatalf("granted repository: %q %q", tok, from)
+	}
+	if tok, _, _ := c.Tokens.Choose(ctx, "agency", "other", "shop", ""); tok != "" {
+		t.Fatalf("fallback lent to a namespace without a grant: %q", tok)
+	}
+	if tok, _, _ := c.Tokens.Choose(ctx, "agency", "stranger", "x", ""); tok != "" {
 		t.Fatalf("fallback lent to an org not listed: %q", tok)
+	}
+	if tok, _, _ := c.Tokens.Choose(ctx, "agency", "acme", "x", ""); tok != "from-env" {
+		t.Fatalf("org/* grant: %q", tok)
+	}
+	for _, bad := range [][]string{{"--source-allowed-schemes=gopher"}, {"--source-allowed-hosts=a/b/c"}, {"--github-token-grants=noslash"}} {
+		var o2 Options
+		fs2 := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		o2.BindFlags(fs2)
+		if err := fs2.Parse(bad); err != nil {
+			t.Fatal(err)
+		}
+		if err := o2.Validate(); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+	var d Options
+	d.BindFlags(pflag.NewFlagSet("d", pflag.ContinueOnError))
+	dc, err := d.Delivery.controllerOptions()
+	if err != nil || d.Delivery.SourceTimeout != source.DefaultTimeout || !dc.Git.Egress.AllowsScheme("https") || dc.Git.Egress.AllowsScheme("http") {
+		t.Fatalf("defaults: %v %+v", err, d.Delivery)
 	}
 
 	o.Delivery.Limits.Files = -1

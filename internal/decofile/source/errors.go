@@ -23,6 +23,9 @@ const (
 	ReasonUnavailable = "SourceUnavailable"
 	// ReasonCredentials: the referenced Secret is missing or lacks the expected key.
 	ReasonCredentials = "CredentialsInvalid"
+	// ReasonNotAllowed: the URL's scheme or destination is refused by the platform's source URL
+	// policy (--source-allowed-schemes, --source-allowed-hosts, --source-allow-private-networks).
+	ReasonNotAllowed = "SourceNotAllowed"
 )
 
 // Error is a retrieval failure with a condition reason and whether retrying may help.

@@ -7,9 +7,12 @@ package source
 import (
 	"archive/zip"
 	"bytes"
+	"compress/flate"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"net/url"
@@ -197,11 +200,46 @@ func ExtractZip(r io.ReaderAt, size int64, folder string, o ZipOptions, l Limits
 		if f.UncompressedSize64 > 1<<62 {
 			size = 1 << 62
 		}
-		if err := c.add(p, size, f.Open); err != nil {
+		if err := c.add(p, size, func() (io.ReadCloser, error) { return openEntry(f) }); err != nil {
 			return nil, err
 		}
 	}
 	return c.result()
+}
+
+// openEntry reads a ZIP entry's content without trusting its declared size: archive/zip stops
+// at the size the header claims, so the collector's byte limit is what bounds the reading, and
+// the CRC is checked at the end.
+func openEntry(f *zip.File) (io.ReadCloser, error) {
+	raw, err := f.OpenRaw()
+	if err != nil {
+		return nil, err
+	}
+	var rc io.ReadCloser
+	switch f.Method {
+	case zip.Store:
+		rc = io.NopCloser(raw)
+	case zip.Deflate:
+		rc = flate.NewReader(raw)
+	default:
+		return nil, fmt.Errorf("compression method %d is not supported; use deflate or store", f.Method)
+	}
+	return &crcReader{ReadCloser: rc, want: f.CRC32, hash: crc32.NewIEEE()}, nil
+}
+
+type crcReader struct {
+	io.ReadCloser
+	want uint32
+	hash hash.Hash32
+}
+
+func (r *crcReader) Read(p []byte) (int, error) {
+	n, err := r.ReadCloser.Read(p)
+	r.hash.Write(p[:n])
+	if errors.Is(err, io.EOF) && r.hash.Sum32() != r.want {
+		return n, errors.New("checksum mismatch: the archive is corrupt")
+	}
+	return n, err
 }
 
 // SingleTopDir returns the one top folder every entry of the archive lies under (the layout of

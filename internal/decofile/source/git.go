@@ -3,20 +3,30 @@ package source
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net/http"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/go-git/go-git/v5"
-	gitconfig "github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/protocol/packp"
+	"github.com/go-git/go-git/v5/plumbing/protocol/packp/capability"
+	gitsideband "github.com/go-git/go-git/v5/plumbing/protocol/packp/sideband"
 	"github.com/go-git/go-git/v5/plumbing/transport"
+	gitfile "github.com/go-git/go-git/v5/plumbing/transport/file"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
-	"github.com/go-git/go-git/v5/storage/memory"
+
+	"github.com/siteops/siteops/internal/egress"
 )
 
 // GitAuth holds the credentials of a git remote, read from the Decofile's spec.git.secretRef.
@@ -29,14 +39,24 @@ type GitAuth struct {
 	Identity, KnownHosts []byte
 }
 
-// Git fetches Decofile content from any git remote with go-git: refs are listed to resolve a
-// branch or tag to a commit, and only that one commit is fetched (depth 1) into a temporary
-// bare repository that is removed afterwards.
+// Git fetches Decofile content from any git remote with go-git: the remote's refs are listed to
+// resolve a branch or tag to a commit, and only that one commit is fetched (depth 1) into a
+// temporary bare repository that is removed afterwards. Every connection goes through the URL
+// policy, every operation ends within Timeout, and the bytes received are bounded by
+// Limits.ArchiveBytes.
 type Git struct {
-	// Limits bound the content read from the commit.
+	// Limits bound the content read from the commit; ArchiveBytes bounds the bytes received.
 	Limits Limits
 	// TempDir holds the temporary repositories; "" means the OS default.
 	TempDir string
+	// Egress decides which URLs and destinations may be reached; nil means https and ssh to
+	// public addresses only.
+	Egress *egress.Policy
+	// Timeout bounds each Resolve and each Fetch; 0 means DefaultTimeout.
+	Timeout time.Duration
+
+	once sync.Once
+	http transport.Transport
 }
 
 func (a *GitAuth) method(tmp string) (transport.AuthMethod, error) {
@@ -80,33 +100,155 @@ func (g *Git) Resolve(ctx context.Context, url, ref string, auth *GitAuth) (stri
 	if IsCommitSHA(ref) {
 		return strings.ToLower(ref), nil
 	}
+	ctx, o, cancel := begin(ctx, g.Timeout, g.Limits.withDefaults().ArchiveBytes)
+	defer cancel()
 	tmp, err := os.MkdirTemp(g.TempDir, "decofile-git-")
 	if err != nil {
 		return "", errorf(ReasonUnavailable, true, "create temporary folder: %w", err)
 	}
 	defer func() { _ = os.RemoveAll(tmp) }()
-	am, err := auth.method(tmp)
+	sess, release, err := g.session(ctx, o, url, auth, tmp)
 	if err != nil {
 		return "", err
 	}
-	refs, err := listRefs(ctx, url, am)
+	defer release()
+	ar, err := sess.AdvertisedReferencesContext(ctx)
 	if err != nil {
-		return "", err
+		return "", g.fail(ctx, o, url, err)
 	}
-	_, sha, ok := findRef(refs, ref)
+	_, sha, ok := findRef(advertised(ar), ref)
 	if !ok {
-		return "", errorf(ReasonNotFound, false, "%s has no branch or tag %q", url, ref)
+		return "", errorf(ReasonNotFound, false, "%s has no branch or tag %q", redact(url), ref)
 	}
 	return sha, nil
 }
 
-func listRefs(ctx context.Context, url string, am transport.AuthMethod) ([]*plumbing.Reference, error) {
-	remote := git.NewRemote(memory.NewStorage(), &gitconfig.RemoteConfig{Name: "origin", URLs: []string{url}})
-	refs, err := remote.ListContext(ctx, &git.ListOptions{Auth: am, PeelingOption: git.AppendPeeled})
+// Fetch fetches the one commit sha (which ref resolved to) and extracts the block files under
+// folder from its tree. Only that commit is asked for: a commit SHA the remote does not serve
+// (not reachable from its branches and tags, or a remote that serves tips only) fails with
+// NotFound rather than downloading every branch to look for it.
+func (g *Git) Fetch(ctx context.Context, url, ref, sha, folder string, auth *GitAuth) (Blocks, error) {
+	ctx, o, cancel := begin(ctx, g.Timeout, g.Limits.withDefaults().ArchiveBytes)
+	defer cancel()
+	tmp, err := os.MkdirTemp(g.TempDir, "decofile-git-")
 	if err != nil {
-		return nil, gitError(url, err)
+		return nil, errorf(ReasonUnavailable, true, "create temporary folder: %w", err)
 	}
-	return refs, nil
+	defer func() { _ = os.RemoveAll(tmp) }()
+	repo, err := git.PlainInit(filepath.Join(tmp, "repo.git"), true)
+	if err != nil {
+		return nil, errorf(ReasonUnavailable, true, "create temporary repository: %w", err)
+	}
+	sess, release, err := g.session(ctx, o, url, auth, tmp)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	ar, err := sess.AdvertisedReferencesContext(ctx)
+	if err != nil {
+		return nil, g.fail(ctx, o, url, err)
+	}
+	if !IsCommitSHA(ref) {
+		_, tip, ok := findRef(advertised(ar), ref)
+		if !ok {
+			return nil, errorf(ReasonNotFound, false, "%s has no branch or tag %q", redact(url), ref)
+		}
+		if tip != sha {
+			return nil, errorf(ReasonUnavailable, true, "%s: %q moved from %s to %s while fetching; retrying", redact(url), ref, short(sha), short(tip))
+		}
+	}
+	want := plumbing.NewHash(sha)
+	req := packp.NewUploadPackRequestFromCapabilities(ar.Capabilities)
+	req.Wants = []plumbing.Hash{want}
+	req.Depth = packp.DepthCommits(1)
+	if err := req.Capabilities.Set(capability.Shallow); err != nil {
+		return nil, errorf(ReasonUnavailable, true, "%s: request a shallow fetch: %w", redact(url), err)
+	}
+	if ar.Capabilities.Supports(capability.NoProgress) {
+		_ = req.Capabilities.Set(capability.NoProgress)
+	}
+	resp, err := sess.UploadPack(ctx, req)
+	if err == nil {
+		err = packfile.UpdateObjectStorage(repo.Storer, sideband(req.Capabilities, resp))
+		_ = resp.Close()
+	}
+	if err != nil {
+		if e := o.classify(ctx, "git remote "+redact(url), err); e != nil {
+			return nil, e
+		}
+		if IsCommitSHA(ref) {
+			return nil, errorf(ReasonNotFound, false, "%s does not serve commit %s: it does not exist, or it is not reachable from a branch or tag the remote lets clients fetch; pin a commit of a pushed branch, a branch or a tag", redact(url), sha)
+		}
+		return nil, g.fail(ctx, o, url, err)
+	}
+	commit, err := repo.CommitObject(want)
+	if err != nil {
+		return nil, errorf(ReasonNotFound, false, "%s did not send commit %s", redact(url), sha)
+	}
+	return extractCommit(commit, folder, g.Limits)
+}
+
+func (g *Git) policy() *egress.Policy {
+	if g.Egress == nil {
+		return defaultEgress
+	}
+	return g.Egress
+}
+
+// session opens an upload-pack session to rawURL through the URL policy; release closes it.
+func (g *Git) session(ctx context.Context, o *op, rawURL string, auth *GitAuth, tmp string) (transport.UploadPackSession, func(), error) {
+	ep, err := transport.NewEndpoint(rawURL)
+	if err != nil {
+		return nil, nil, errorf(ReasonInvalidContent, false, "spec.git.url is not a git URL; use https://host/org/repo.git or ssh://git@host/org/repo.git")
+	}
+	if err := g.policy().CheckScheme(ep.Protocol); err != nil {
+		return nil, nil, errorf(ReasonNotAllowed, false, "git remote %s: %w", redact(rawURL), err)
+	}
+	am, err := auth.method(tmp)
+	if err != nil {
+		return nil, nil, err
+	}
+	release := func() {}
+	var tr transport.Transport
+	switch ep.Protocol {
+	case "http", "https":
+		g.once.Do(func() {
+			g.http = githttp.NewClient(&http.Client{Transport: newTransport(g.Egress)})
+		})
+		tr = g.http
+	case "ssh":
+		if _, ok := am.(*gitssh.PublicKeys); !ok {
+			// Without a key of its own go-git would use the operator's SSH agent and known_hosts.
+			return nil, nil, errorf(ReasonCredentials, false, "git remote %s is an SSH URL: set spec.git.secretRef to a Secret with identity and known_hosts", redact(rawURL))
+		}
+		proxyURL, done := sshRoute(ctx, g.Egress, o)
+		ep.Proxy = transport.ProxyOptions{URL: proxyURL}
+		tr, release = gitssh.DefaultClient, done
+	case "file":
+		tr = gitfile.DefaultClient
+	default:
+		return nil, nil, errorf(ReasonNotAllowed, false, "git remote %s: URL scheme %q is not supported; use https or ssh", redact(rawURL), ep.Protocol)
+	}
+	sess, err := tr.NewUploadPackSession(ep, am)
+	if err != nil {
+		release()
+		return nil, nil, g.fail(ctx, o, rawURL, err)
+	}
+	return sess, func() { _ = sess.Close(); release() }, nil
+}
+
+// advertised lists the refs of an advertisement, peeled tags as "<name>^{}".
+func advertised(ar *packp.AdvRefs) []*plumbing.Reference {
+	var out []*plumbing.Reference
+	if all, err := ar.AllReferences(); err == nil {
+		for _, r := range all {
+			out = append(out, r)
+		}
+	}
+	for name, h := range ar.Peeled {
+		out = append(out, plumbing.NewReferenceFromStrings(name+"^{}", h.String()))
+	}
+	return out
 }
 
 // findRef looks ref up as a full name, a branch, then a tag (peeled to its commit).
@@ -130,84 +272,63 @@ func findRef(refs []*plumbing.Reference, ref string) (full plumbing.ReferenceNam
 	return "", "", false
 }
 
-func gitError(url string, err error) error {
-	switch {
-	case errors.Is(err, transport.ErrRepositoryNotFound), errors.Is(err, transport.ErrEmptyRemoteRepository):
-		return errorf(ReasonNotFound, false, "git remote %s: %w; check spec.git.url", url, err)
-	case errors.Is(err, transport.ErrAuthenticationRequired):
-		return errorf(ReasonUnauthorized, false, "git remote %s: %w; set spec.git.secretRef to a Secret with username/password, bearerToken or identity", url, err)
-	case errors.Is(err, transport.ErrAuthorizationFailed):
-		return errorf(ReasonUnauthorized, false, "git remote %s: %w; check the credentials in spec.git.secretRef", url, err)
+// fail describes a failed git operation without anything the remote wrote: the operation's own
+// bounds and the URL policy first, then the kind of failure and what to check.
+func (g *Git) fail(ctx context.Context, o *op, rawURL string, err error) error {
+	target := "git remote " + redact(rawURL)
+	if e := o.classify(ctx, target, err); e != nil {
+		return e
 	}
-	return errorf(ReasonUnavailable, true, "git remote %s: %w", url, err)
+	code := int(o.status.Load())
+	switch {
+	case errors.Is(err, transport.ErrRepositoryNotFound):
+		return errorf(ReasonNotFound, false, "%s: repository not found%s; check spec.git.url and, for a private repository, spec.git.secretRef", target, httpStatus(code))
+	case errors.Is(err, transport.ErrEmptyRemoteRepository):
+		return errorf(ReasonNotFound, false, "%s: the repository is empty; push a commit or check spec.git.url", target)
+	case errors.Is(err, transport.ErrAuthenticationRequired):
+		return errorf(ReasonUnauthorized, false, "%s: authentication required%s; set spec.git.secretRef to a Secret with username/password, bearerToken or identity", target, httpStatus(code))
+	case errors.Is(err, transport.ErrAuthorizationFailed):
+		return errorf(ReasonUnauthorized, false, "%s: access denied%s; check the credentials in spec.git.secretRef", target, httpStatus(code))
+	case code != 0:
+		return errorf(ReasonUnavailable, true, "%s: answered HTTP %d; check spec.git.url (retrying)", target, code)
+	}
+	return errorf(ReasonUnavailable, true, "%s: %s; check spec.git.url (retrying)", target, netDetail(err))
 }
 
-// Fetch fetches the one commit sha (which ref resolved to) and extracts the block files under
-// folder from its tree. Branches and tags are fetched shallow by name; a bare commit SHA is
-// fetched directly, or from the full history when the remote does not serve unadvertised SHAs.
-func (g *Git) Fetch(ctx context.Context, url, ref, sha, folder string, auth *GitAuth) (Blocks, error) {
-	tmp, err := os.MkdirTemp(g.TempDir, "decofile-git-")
-	if err != nil {
-		return nil, errorf(ReasonUnavailable, true, "create temporary folder: %w", err)
+func httpStatus(code int) string {
+	if code == 0 {
+		return ""
 	}
-	defer func() { _ = os.RemoveAll(tmp) }()
-	am, err := auth.method(tmp)
-	if err != nil {
-		return nil, err
+	return fmt.Sprintf(" (HTTP %d)", code)
+}
+
+// sideband demultiplexes the pack stream when the request asked for side bands; progress and
+// messages of the remote are dropped.
+func sideband(l *capability.List, r io.Reader) io.Reader {
+	switch {
+	case l.Supports(capability.Sideband64k):
+		return gitsideband.NewDemuxer(gitsideband.Sideband64k, r)
+	case l.Supports(capability.Sideband):
+		return gitsideband.NewDemuxer(gitsideband.Sideband, r)
 	}
-	repo, err := git.PlainInit(filepath.Join(tmp, "repo.git"), true)
-	if err != nil {
-		return nil, errorf(ReasonUnavailable, true, "create temporary repository: %w", err)
+	return r
+}
+
+// redact removes credentials from a URL before it is shown.
+func redact(raw string) string {
+	u, err := neturl.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
 	}
-	if _, err := repo.CreateRemote(&gitconfig.RemoteConfig{Name: "origin", URLs: []string{url}}); err != nil {
-		return nil, errorf(ReasonUnavailable, true, "configure remote: %w", err)
+	u.User = nil
+	return u.String()
+}
+
+func short(sha string) string {
+	if len(sha) > 7 {
+		return sha[:7]
 	}
-	var specs []gitconfig.RefSpec
-	if IsCommitSHA(ref) {
-		specs = []gitconfig.RefSpec{gitconfig.RefSpec(sha + ":refs/heads/pinned")}
-	} else {
-		refs, err := listRefs(ctx, url, am)
-		if err != nil {
-			return nil, err
-		}
-		full, _, ok := findRef(refs, ref)
-		if !ok {
-			return nil, errorf(ReasonNotFound, false, "%s has no branch or tag %q", url, ref)
-		}
-		specs = []gitconfig.RefSpec{gitconfig.RefSpec("+" + full + ":" + full)}
-	}
-	err = repo.FetchContext(ctx, &git.FetchOptions{RemoteName: "origin", RefSpecs: specs, Depth: 1, Auth: am, Tags: git.NoTags})
-	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
-		if !IsCommitSHA(ref) {
-			return nil, gitError(url, err)
-		}
-		// Most servers only serve advertised tips; fall back to fetching every branch.
-		err = repo.FetchContext(ctx, &git.FetchOptions{RemoteName: "origin", RefSpecs: []gitconfig.RefSpec{"+refs/heads/*:refs/remotes/origin/*"}, Auth: am, Tags: git.AllTags})
-		if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
-			return nil, gitError(url, err)
-		}
-	}
-	commit, err := repo.CommitObject(plumbing.NewHash(sha))
-	if err != nil {
-		if IsCommitSHA(ref) {
-			return nil, errorf(ReasonNotFound, false, "%s has no commit %s", url, sha)
-		}
-		// The branch moved between resolving and fetching: read what was fetched.
-		refs, lerr := repo.References()
-		if lerr != nil {
-			return nil, errorf(ReasonUnavailable, true, "read fetched refs: %w", lerr)
-		}
-		_ = refs.ForEach(func(r *plumbing.Reference) error {
-			if commit == nil && r.Type() == plumbing.HashReference {
-				commit, _ = repo.CommitObject(r.Hash())
-			}
-			return nil
-		})
-		if commit == nil {
-			return nil, errorf(ReasonUnavailable, true, "commit %s of %s was not fetched: %w", sha, url, err)
-		}
-	}
-	return extractCommit(commit, folder, g.Limits)
+	return sha
 }
 
 // extractCommit reads the block files under folder from the tree of commit.

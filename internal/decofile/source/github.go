@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/siteops/siteops/internal/egress"
 )
 
 // Default GitHub endpoints; GitHub Enterprise and tests configure their own.
@@ -31,10 +33,13 @@ type GitHub struct {
 	APIURL string
 	// ArchiveURL serves <org>/<repo>/zip/<sha>; default DefaultGitHubArchiveURL.
 	ArchiveURL string
-	// HTTP is the client used; nil means a client with a 5-minute timeout.
-	HTTP *http.Client
 	// Limits bound the archive and its content.
 	Limits Limits
+	// Egress decides which URLs and destinations may be reached, redirects included; nil means
+	// https to public addresses only. The base URLs are the platform's, but a redirect is not.
+	Egress *egress.Policy
+	// Timeout bounds each Resolve and each Fetch; 0 means DefaultTimeout.
+	Timeout time.Duration
 	// TempDir holds downloaded archives while they are read; "" means the OS default.
 	TempDir string
 	// Observe, when set, is told about every request: kind (resolve or archive) and status code
@@ -43,6 +48,9 @@ type GitHub struct {
 
 	mu    sync.Mutex
 	etags map[string]etagEntry // "org/repo@ref|token-hash" → last answer
+
+	once sync.Once
+	http *http.Client
 }
 
 type etagEntry struct{ etag, sha string }
@@ -51,10 +59,8 @@ type etagEntry struct{ etag, sha string }
 const maxETags = 10_000
 
 func (g *GitHub) client() *http.Client {
-	if g.HTTP != nil {
-		return g.HTTP
-	}
-	return &http.Client{Timeout: 5 * time.Minute}
+	g.once.Do(func() { g.http = &http.Client{Transport: newTransport(g.Egress)} })
+	return g.http
 }
 
 func (g *GitHub) observe(kind string, code int) {
@@ -76,6 +82,8 @@ func (g *GitHub) Resolve(ctx context.Context, org, repo, ref, token string) (str
 	if IsCommitSHA(ref) {
 		return strings.ToLower(ref), nil
 	}
+	ctx, o, cancel := begin(ctx, g.Timeout, g.Limits.withDefaults().ArchiveBytes)
+	defer cancel()
 	u := fmt.Sprintf("%s/repos/%s/%s/commits/%s", base(g.APIURL, DefaultGitHubAPIURL), url.PathEscape(org), url.PathEscape(repo), url.PathEscape(ref))
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
@@ -96,7 +104,7 @@ func (g *GitHub) Resolve(ctx context.Context, org, repo, ref, token string) (str
 	resp, err := g.client().Do(req)
 	if err != nil {
 		g.observe("resolve", 0)
-		return "", errorf(ReasonUnavailable, true, "resolve %s/%s@%s: %w", org, repo, ref, err)
+		return "", requestError(ctx, o, fmt.Sprintf("resolve %s/%s@%s", org, repo, ref), "--github-api-url", err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	g.observe("resolve", resp.StatusCode)
@@ -106,11 +114,11 @@ func (g *GitHub) Resolve(ctx context.Context, org, repo, ref, token string) (str
 	case resp.StatusCode == http.StatusOK:
 		body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		if err != nil {
-			return "", errorf(ReasonUnavailable, true, "resolve %s/%s@%s: read answer: %w", org, repo, ref, err)
+			return "", requestError(ctx, o, fmt.Sprintf("resolve %s/%s@%s: read the answer", org, repo, ref), "--github-api-url", err)
 		}
 		sha := strings.ToLower(strings.TrimSpace(string(body)))
 		if !IsCommitSHA(sha) {
-			return "", errorf(ReasonUnavailable, true, "resolve %s/%s@%s: the commits API answered %q, not a commit SHA; check --github-api-url", org, repo, ref, truncate(sha, 80))
+			return "", errorf(ReasonUnavailable, true, "resolve %s/%s@%s: the commits API did not answer with a commit SHA; check --github-api-url", org, repo, ref)
 		}
 		if et := resp.Header.Get("ETag"); et != "" {
 			g.mu.Lock()
@@ -132,6 +140,8 @@ func (g *GitHub) Resolve(ctx context.Context, org, repo, ref, token string) (str
 // archive is streamed to a temporary file (never held in memory) and refused past the limit.
 func (g *GitHub) Fetch(ctx context.Context, org, repo, sha, folder, token string) (Blocks, error) {
 	l := g.Limits.withDefaults()
+	ctx, o, cancel := begin(ctx, g.Timeout, l.ArchiveBytes)
+	defer cancel()
 	u := fmt.Sprintf("%s/%s/%s/zip/%s", base(g.ArchiveURL, DefaultGitHubArchiveURL), url.PathEscape(org), url.PathEscape(repo), url.PathEscape(sha))
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
@@ -143,7 +153,7 @@ func (g *GitHub) Fetch(ctx context.Context, org, repo, sha, folder, token string
 	resp, err := g.client().Do(req)
 	if err != nil {
 		g.observe("archive", 0)
-		return nil, errorf(ReasonUnavailable, true, "download archive of %s/%s@%s: %w", org, repo, sha, err)
+		return nil, requestError(ctx, o, fmt.Sprintf("download archive of %s/%s@%s", org, repo, sha), "--github-archive-url", err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	g.observe("archive", resp.StatusCode)
@@ -159,41 +169,45 @@ func (g *GitHub) Fetch(ctx context.Context, org, repo, sha, folder, token string
 	}
 	defer func() { _ = f.Close(); _ = os.Remove(f.Name()) }()
 	n, err := io.Copy(f, io.LimitReader(resp.Body, l.ArchiveBytes+1))
-	if err != nil {
-		return nil, errorf(ReasonUnavailable, true, "download archive of %s/%s@%s: %w", org, repo, sha, err)
+	if err != nil && !o.exceeded.Load() {
+		return nil, requestError(ctx, o, fmt.Sprintf("download archive of %s/%s@%s", org, repo, sha), "--github-archive-url", err)
 	}
-	if n > l.ArchiveBytes {
+	if n > l.ArchiveBytes || o.exceeded.Load() {
 		return nil, errorf(ReasonLimitExceeded, false, "archive of %s/%s@%s is more than %d bytes, over the limit (limit: archive bytes)", org, repo, sha, l.ArchiveBytes)
 	}
 	return ExtractZip(f, n, folder, ZipOptions{StripTopDir: true}, l)
 }
 
+// requestError describes a request that got no answer: the operation's bounds and the URL
+// policy first, then the network error (never anything the remote sent).
+func requestError(ctx context.Context, o *op, what, setting string, err error) error {
+	if e := o.classify(ctx, what, err); e != nil {
+		return e
+	}
+	return errorf(ReasonUnavailable, true, "%s: %s; check %s (retrying)", what, netDetail(err), setting)
+}
+
+// statusError describes an answer that is not a success by its HTTP status and what to check.
+// The body was dropped by the transport: it could be anything, for instance an internal service
+// a redirect pointed at, and is never shown.
 func statusError(resp *http.Response, what, org, repo, ref string, withToken bool) error {
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	detail := truncate(strings.TrimSpace(string(body)), 200)
 	code := resp.StatusCode
 	target := fmt.Sprintf("%s %s/%s@%s", what, org, repo, ref)
 	switch {
 	case code == http.StatusTooManyRequests || (code == http.StatusForbidden && resp.Header.Get("X-RateLimit-Remaining") == "0"):
 		return errorf(ReasonUnavailable, true, "%s: rate limited by GitHub (HTTP %d); retrying", target, code)
 	case code == http.StatusUnauthorized || code == http.StatusForbidden:
-		return errorf(ReasonUnauthorized, false, "%s: GitHub refused the token (HTTP %d %s); check the token in spec.github.secret or the operator's GITHUB_TOKEN", target, code, detail)
+		return errorf(ReasonUnauthorized, false, "%s: GitHub refused the token (HTTP %d); check the token in spec.github.secret, or the operator's GITHUB_TOKEN", target, code)
 	case code == http.StatusNotFound && !withToken:
-		return errorf(ReasonNotFound, false, "%s: not found (HTTP 404) and no token was sent; if the repository is private, set spec.github.secret to a Secret with key \"token\", or add org %q to the operator's --github-token-orgs", target, org)
+		return errorf(ReasonNotFound, false, "%s: not found (HTTP 404) and no token was sent; if the repository is private, set spec.github.secret to a Secret with key \"token\", "+
+			"or have the platform team grant this namespace %s/%s for the operator's token (Namespace annotation %s, or --github-token-grants; the org must be in --github-token-orgs)", target, org, repo, AnnotationGitHubRepos)
 	case code == http.StatusNotFound:
 		return errorf(ReasonNotFound, false, "%s: not found (HTTP 404); check org, repo and commit, and that the token can read the repository", target)
 	case code >= 500:
 		return errorf(ReasonUnavailable, true, "%s: GitHub answered HTTP %d; retrying", target, code)
 	default:
-		return errorf(ReasonUnavailable, true, "%s: unexpected HTTP %d %s", target, code, detail)
+		return errorf(ReasonUnavailable, true, "%s: unexpected HTTP %d; check --github-api-url and --github-archive-url (retrying)", target, code)
 	}
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "…"
-	}
-	return s
 }
 
 // fnv hashes the token so the ETag cache is per credential without keeping tokens as keys.
@@ -204,42 +218,4 @@ func fnv(s string) uint64 {
 		h *= 1099511628211
 	}
 	return h
-}
-
-// TokenPolicy decides which GitHub token a Decofile may use.
-type TokenPolicy struct {
-	// Fallback is the operator's own token (GITHUB_TOKEN).
-	Fallback string
-	// AllowedOrgs may use Fallback; "*" allows every org. Matching ignores case.
-	AllowedOrgs []string
-}
-
-// Token origins returned by TokenPolicy.Choose.
-const (
-	TokenFromSecret   = "secret"
-	TokenFromFallback = "fallback"
-	TokenNone         = "none"
-)
-
-// Choose returns the token for a repository of org: the Decofile's own secretToken when it has
-// one, else the fallback when org is allowed, else none. The fallback is never lent to other
-// orgs, so a Decofile cannot read repositories the operator's token happens to reach.
-func (p TokenPolicy) Choose(org, secretToken string) (token, from string) {
-	if secretToken != "" {
-		return secretToken, TokenFromSecret
-	}
-	if p.Fallback != "" && p.Allows(org) {
-		return p.Fallback, TokenFromFallback
-	}
-	return "", TokenNone
-}
-
-// Allows reports whether org may use the fallback token.
-func (p TokenPolicy) Allows(org string) bool {
-	for _, o := range p.AllowedOrgs {
-		if o == "*" || strings.EqualFold(o, org) {
-			return true
-		}
-	}
-	return false
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/siteops/siteops/internal/decofile/source/ghtest"
+	"github.com/siteops/siteops/internal/egress"
 	"github.com/siteops/siteops/internal/servers"
 	"github.com/siteops/siteops/internal/testenv"
 )
@@ -18,7 +19,7 @@ func TestGitHubResolveUsesETags(t *testing.T) {
 	gh := ghtest.New(t)
 	sha1 := gh.Push("org", "site", "main", map[string]string{".deco/blocks/a.json": `{"v":1}`})
 	var seen []int
-	g := &GitHub{APIURL: gh.APIURL, ArchiveURL: gh.ArchiveURL, Observe: func(kind string, code int) {
+	g := &GitHub{APIURL: gh.APIURL, ArchiveURL: gh.ArchiveURL, Egress: local, Observe: func(kind string, code int) {
 		if kind == "resolve" {
 			seen = append(seen, code)
 		}
@@ -58,13 +59,13 @@ func TestGitHubErrors(t *testing.T) {
 	gh.Push("org", "site", "main", map[string]string{"b/a.json": `{}`})
 	gh.Private("org", "private", "s3cret")
 	sha := gh.Push("org", "private", "main", map[string]string{"b/a.json": `{}`})
-	g := &GitHub{APIURL: gh.APIURL, ArchiveURL: gh.ArchiveURL, Limits: Limits{ArchiveBytes: 1 << 20}}
+	g := &GitHub{APIURL: gh.APIURL, ArchiveURL: gh.ArchiveURL, Limits: Limits{ArchiveBytes: 1 << 20}, Egress: local}
 	ctx := context.Background()
 
 	_, err := g.Resolve(ctx, "org", "site", "nope", "")
 	wantReason(t, err, ReasonNotFound, `"nope"`)
 	_, err = g.Resolve(ctx, "org", "missing", "main", "")
-	wantReason(t, err, ReasonNotFound, "spec.github.secret", "--github-token-orgs")
+	wantReason(t, err, ReasonNotFound, "spec.github.secret", "--github-token-orgs", AnnotationGitHubRepos)
 	_, err = g.Resolve(ctx, "org", "private", "main", "wrong")
 	wantReason(t, err, ReasonNotFound, "token can read")
 	got, err := g.Resolve(ctx, "org", "private", "main", "s3cret")
@@ -108,7 +109,7 @@ func TestGitRemote(t *testing.T) {
 	testenv.Git(t, work, "push", "-q", authURL, "main", "v2")
 	second := testenv.Git(t, work, "rev-parse", "HEAD")
 
-	g := &Git{}
+	g := &Git{Egress: local}
 	auth := &GitAuth{Username: "bot", Password: "pw"}
 	ctx := context.Background()
 	for _, ref := range []string{"main", "v2", "refs/heads/main"} {
@@ -140,6 +141,9 @@ func TestGitRemote(t *testing.T) {
 	_, err = g.Fetch(ctx, url, "main", second, ".deco/blocks", &GitAuth{Identity: []byte("k")})
 	wantReason(t, err, ReasonCredentials, "known_hosts")
 }
+
+// local is the policy of tests whose remotes run on loopback: plain HTTP to 127.0.0.0/8.
+var local = egress.MustNew(egress.Config{Schemes: []string{"http", "https"}, Hosts: []string{"127.0.0.0/8"}, Settings: EgressSettings})
 
 func randomHex(n int) string {
 	b := make([]byte, n/2)

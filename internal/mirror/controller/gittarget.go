@@ -240,7 +240,9 @@ func (r *GitTargetReconciler) desired(ctx context.Context, target *mirrorv1alpha
 		Path:          target.Spec.Path,
 		IgnoreDeletes: target.Spec.Deletes == mirrorv1alpha1.DeletesIgnore,
 		Writer: engine.WriterSpec{
-			URL: provider.Spec.URL, Branch: target.Spec.Branch, Auth: auth, AuthVersion: authVersion,
+			// One writer per provider: credentials and committer are never shared across providers.
+			Owner: provider.Namespace + "/" + provider.Name,
+			URL:   provider.Spec.URL, Branch: target.Spec.Branch, Auth: auth, AuthVersion: authVersion,
 			Committer: gitwriter.Signature{Name: provider.Spec.Committer.Name, Email: provider.Spec.Committer.Email},
 			Window:    window,
 		},

@@ -1,5 +1,8 @@
 // Package engine runs the mirror's watch streams and git writers on the elected leader: one
-// writer per (repository, branch), one stream per (GitTarget, resource, namespace scope). The
+// writer per (namespace, GitProvider, repository, branch), one stream per (GitTarget, resource,
+// namespace scope). Writers are never shared across namespaces or providers: a writer pushes
+// with one provider's credentials and commits as its committer, so a target can never push
+// with, or close the window of, another tenant's writer. The
 // GitTarget controller tells it the desired state with Apply and Remove; the engine starts,
 // restarts and stops what changed.
 package engine
@@ -32,6 +35,9 @@ type CursorStore interface {
 
 // WriterSpec identifies a writer and the settings it runs with.
 type WriterSpec struct {
+	// Owner names the GitProvider whose credentials and committer the writer uses
+	// ("namespace/name"). Targets share a writer only with the same owner, in one namespace.
+	Owner       string
 	URL, Branch string
 	Auth        transport.AuthMethod
 	// AuthVersion changes whenever the credentials change (the Secret's resourceVersion).
@@ -175,7 +181,12 @@ func (e *Engine) running() bool {
 	}
 }
 
-func writerKey(s WriterSpec) string { return s.URL + "#" + s.Branch }
+// writerKey identifies the writer of a target: the target's namespace (the engine's own, never
+// from the spec), the owning provider, the repository and the branch. Targets of different
+// namespaces or providers never share a writer, whatever URL they name.
+func writerKey(target types.NamespacedName, s WriterSpec) string {
+	return target.Namespace + "\x00" + s.Owner + "\x00" + s.URL + "#" + s.Branch
+}
 
 // Apply makes the running streams and writer of target match spec.
 func (e *Engine) Apply(target types.NamespacedName, spec TargetSpec) error {
@@ -185,7 +196,7 @@ func (e *Engine) Apply(target types.NamespacedName, spec TargetSpec) error {
 		return ErrNotStarted
 	}
 	t := e.targets[target]
-	wk := writerKey(spec.Writer)
+	wk := writerKey(target, spec.Writer)
 	if t != nil && (t.writer != wk || t.spec.UID != spec.UID || t.spec.Path != spec.Path || t.spec.IgnoreDeletes != spec.IgnoreDeletes) {
 		e.removeLocked(target)
 		t = nil
@@ -209,7 +220,7 @@ func (e *Engine) Apply(target types.NamespacedName, spec TargetSpec) error {
 			e.restartWriter(wr, desired)
 		}
 	} else {
-		wr = e.startWriter(desired)
+		wr = e.startWriter(wk, desired)
 	}
 	wr.setRef(target, true)
 
@@ -233,7 +244,7 @@ func (e *Engine) Apply(target types.NamespacedName, spec TargetSpec) error {
 }
 
 func sameWriter(a, b WriterSpec) bool {
-	return a.URL == b.URL && a.Branch == b.Branch && a.AuthVersion == b.AuthVersion && a.Committer == b.Committer && a.Window == b.Window
+	return a.Owner == b.Owner && a.URL == b.URL && a.Branch == b.Branch && a.AuthVersion == b.AuthVersion && a.Committer == b.Committer && a.Window == b.Window
 }
 
 // Remove stops the streams of target and releases its writer.
@@ -305,13 +316,13 @@ func (e *Engine) CloseWindow(ctx context.Context, target types.NamespacedName, m
 	if err != nil {
 		return gitwriter.CommandResult{}, err
 	}
-	return w.CloseWindow(ctx, gitwriter.Command{Path: spec.Path, Message: message, Author: author})
+	return w.CloseWindow(ctx, gitwriter.Command{Target: spec.UID, Path: spec.Path, Message: message, Author: author})
 }
 
-func (e *Engine) startWriter(spec WriterSpec) *writerRun {
+func (e *Engine) startWriter(key string, spec WriterSpec) *writerRun {
 	wr := &writerRun{spec: spec, refs: map[types.NamespacedName]bool{}}
 	e.launchWriter(wr)
-	e.writers[writerKey(spec)] = wr
+	e.writers[key] = wr
 	return wr
 }
 
@@ -371,7 +382,7 @@ func (e *Engine) startStream(target types.NamespacedName, t *targetRun, wr *writ
 	k := streamKey{s.GVR, s.Namespace}
 	cfg := watch.Config{
 		Client: e.dyn, GVR: s.GVR, Namespace: s.Namespace, TargetUID: t.spec.UID, BasePath: t.spec.Path,
-		IgnoreDeletes: t.spec.IgnoreDeletes, Operations: s.Operations, Sink: wr.w, IgnoreCursor: t.spec.Replay,
+		IgnoreDeletes: t.spec.IgnoreDeletes, Operations: s.Operations, Sink: targetSink{w: wr.w, uid: t.spec.UID}, IgnoreCursor: t.spec.Replay,
 		OnReplay: func(reason string) {
 			e.statsMu.Lock()
 			t.replays[reason]++
@@ -390,6 +401,19 @@ func (e *Engine) startStream(target types.NamespacedName, t *targetRun, wr *writ
 	st := watch.New(cfg)
 	go func() { defer close(run.done); _ = st.Run(ctx) }()
 	t.streams[k], t.specs[k] = run, s
+}
+
+// targetSink stamps every op with its GitTarget's UID on the way into the shared writer, so a
+// CommitRequest claims only its own target's changes (whatever else the stream hook wraps).
+type targetSink struct {
+	w   *gitwriter.Writer
+	uid string
+}
+
+// Enqueue hands op to the writer as the target's.
+func (s targetSink) Enqueue(ctx context.Context, op gitwriter.Op) error {
+	op.Target = s.uid
+	return s.w.Enqueue(ctx, op)
 }
 
 func (e *Engine) stopStreams(t *targetRun, keys []streamKey) {

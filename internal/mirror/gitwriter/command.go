@@ -11,13 +11,16 @@ import (
 // Command asks a Writer to close its commit window now and commit one GitTarget's pending
 // changes with a given message and author (a CommitRequest).
 type Command struct {
+	// Target is the GitTarget's UID: only ops of that target are the command's.
+	Target string
 	// Path is the GitTarget's folder in the repository; "" is the root. The pending changes of
 	// files under it are the command's.
 	Path string
 	// Message is the commit message, used as given.
 	Message string
-	// Author authors the command's commit; nil means the committer. Pending changes that
-	// carry no author of their own (not attributed) are claimed by this author.
+	// Author authors the command's commit; nil means the committer. Only pending changes made
+	// by this author are the command's: a change with no author of its own (not attributed) is
+	// the committer's and is never credited to a submitter.
 	Author *Signature
 }
 
@@ -48,10 +51,11 @@ type commandOutcome struct {
 }
 
 // CloseWindow closes the writer's commit window now: every op handed over before the call is
-// committed and pushed at once. The pending changes under cmd.Path whose author is cmd.Author,
-// or that have no author of their own, become one commit with cmd.Message, authored by
-// cmd.Author; every other pending change keeps its own author and its usual message, in its own
-// commit (commits never mix authors). Watch cursors are recorded only after the push, as for
+// committed and pushed at once. The pending changes of cmd.Target under cmd.Path whose author is
+// cmd.Author (nil: the committer, which is also the author of changes without one) become one
+// commit with cmd.Message, authored by cmd.Author; every other pending change, including other
+// targets' and unattributed ones, keeps its own author and its usual message, in its own commit
+// (commits never mix authors). Watch cursors are recorded only after the push, as for
 // any batch. When nothing of the target is pending, no commit is made and the result's Commit
 // is empty. On a push failure the changes stay pending (the writer retries them as usual) and
 // the error is returned.
@@ -100,10 +104,12 @@ func (c *Command) message() string {
 	return c.Message + "\n"
 }
 
-// claims reports whether op goes into the command's commit: a file change under the target's
-// folder whose author is the command's (an unattributed change counts as the command's).
+// claims reports whether op goes into the command's commit: a file change of the command's own
+// GitTarget, under its folder, authored by the command's author. A change without an author of
+// its own is the committer's: it goes to a command without an author (the committer's), never
+// to a submitter who did not make it.
 func (c *Command) claims(op Op, committer Signature) bool {
-	if c == nil {
+	if c == nil || op.Target != c.Target {
 		return false
 	}
 	switch op.Kind {
@@ -118,7 +124,7 @@ func (c *Command) claims(op Op, committer Signature) bool {
 	default:
 		return false
 	}
-	return op.Change.Author == nil || *op.Change.Author == c.author(committer)
+	return authorOf(op, committer) == c.author(committer)
 }
 
 // order puts the command's changes after every other pending op, so they make one commit at the

@@ -84,7 +84,10 @@ type Change struct {
 
 // Op is one unit of work for the writer, applied in the order received.
 type Op struct {
-	Kind   OpKind
+	Kind OpKind
+	// Target is the UID of the GitTarget the op belongs to; a Command claims only its own
+	// target's ops. Unlike Cursor it is always set (an op may be handed over without a cursor).
+	Target string
 	Change Change
 	// SweepDir, Keep and SweepRefPrefix describe an OpSweep: Keep holds full file paths; a
 	// removed file's commit line is SweepRefPrefix + its name.

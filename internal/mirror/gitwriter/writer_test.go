@@ -58,7 +58,7 @@ func (r *recorder) get(k string) string {
 var cmGVR = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 
 func upsert(path, content, rv string) Op {
-	return Op{Kind: OpUpsert, Change: Change{Path: path, Content: []byte(content), Ref: "v1/configmaps/ns/" + strings.TrimSuffix(filepath.Base(path), ".yaml"), Received: time.Now()},
+	return Op{Kind: OpUpsert, Target: "t", Change: Change{Path: path, Content: []byte(content), Ref: "v1/configmaps/ns/" + strings.TrimSuffix(filepath.Base(path), ".yaml"), Received: time.Now()},
 		Cursor: Cursor{TargetUID: "t", GVR: cmGVR, Namespace: "ns", RV: rv}}
 }
 
@@ -269,7 +269,7 @@ func TestCloseWindowCommitsTheTargetWithMessageAndAuthor(t *testing.T) {
 	bob := upsert("site/ns/core/configmaps/b.yaml", "b\n", "2")
 	bob.Change.Author = &Signature{"Bob", "bob@example.com"}
 	other := upsert("other/ns/core/configmaps/x.yaml", "x\n", "7")
-	other.Cursor.TargetUID = "o"
+	other.Target, other.Cursor.TargetUID = "o", "o"
 	own := upsert("site/ns/core/configmaps/c.yaml", "c\n", "3")
 	own.Change.Author = alice
 	for _, op := range []Op{upsert("site/ns/core/configmaps/a.yaml", "a\n", "1"), bob, other, own} {
@@ -280,21 +280,22 @@ func TestCloseWindowCommitsTheTargetWithMessageAndAuthor(t *testing.T) {
 	if got := rec.get("t/configmaps/ns"); got != "" {
 		t.Fatalf("cursor recorded before any push: %q", got)
 	}
-	res, err := w.CloseWindow(ctx, Command{Path: "/site/", Message: "Release 1: landing page", Author: alice})
+	res, err := w.CloseWindow(ctx, Command{Target: "t", Path: "/site/", Message: "Release 1: landing page", Author: alice})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tip := gitOut(t, "", "--git-dir", bare, "rev-parse", "main")
-	if res.Commit != tip || res.Author != *alice || len(res.Commits) != 3 || res.Commits[2] != tip {
+	if res.Commit != tip || res.Author != *alice || len(res.Commits) != 4 || res.Commits[3] != tip {
 		t.Fatalf("result = %+v, tip %s", res, tip)
 	}
-	// Bob's change keeps its author and the other target its usual commit; the command's
-	// commit (Alice's own change and the unattributed one) is the tip, with the message as given.
-	log := gitOut(t, "", "--git-dir", bare, "log", "--reverse", "--format=%an|%cn|%s", "-3", "main")
-	if log != "Bob|Mirror|[CREATE] v1/configmaps/ns/b\nMirror|Mirror|[CREATE] v1/configmaps/ns/x\nAlice|Mirror|Release 1: landing page" {
+	// The unattributed change stays the committer's, Bob's keeps its author and the other
+	// target its usual commit; the command's commit (Alice's own change) is the tip, with the
+	// message as given.
+	log := gitOut(t, "", "--git-dir", bare, "log", "--reverse", "--format=%an|%cn|%s", "-4", "main")
+	if log != "Mirror|Mirror|[CREATE] v1/configmaps/ns/a\nBob|Mirror|[CREATE] v1/configmaps/ns/b\nMirror|Mirror|[CREATE] v1/configmaps/ns/x\nAlice|Mirror|Release 1: landing page" {
 		t.Fatalf("log:\n%s", log)
 	}
-	if files := gitOut(t, "", "--git-dir", bare, "show", "--format=", "--name-only", "main"); files != "site/ns/core/configmaps/a.yaml\nsite/ns/core/configmaps/c.yaml" {
+	if files := gitOut(t, "", "--git-dir", bare, "show", "--format=", "--name-only", "main"); files != "site/ns/core/configmaps/c.yaml" {
 		t.Fatalf("command commit files: %q", files)
 	}
 	if rec.get("t/configmaps/ns") != "3" || rec.get("o/configmaps/ns") != "7" {
@@ -302,14 +303,14 @@ func TestCloseWindowCommitsTheTargetWithMessageAndAuthor(t *testing.T) {
 	}
 
 	// Nothing pending: no empty commit, an empty Commit.
-	res, err = w.CloseWindow(ctx, Command{Path: "site", Message: "again", Author: alice})
+	res, err = w.CloseWindow(ctx, Command{Target: "t", Path: "site", Message: "again", Author: alice})
 	if err != nil || res.Commit != "" || len(res.Commits) != 0 {
 		t.Fatalf("empty close = %+v, %v", res, err)
 	}
 	// An unchanged file is nothing to commit either; without an author the committer authors.
 	_ = w.Enqueue(ctx, upsert("site/ns/core/configmaps/a.yaml", "a\n", "8"))
 	_ = w.Enqueue(ctx, upsert("site/ns/core/configmaps/d.yaml", "d\n", "9"))
-	res, err = w.CloseWindow(ctx, Command{Path: "site", Message: "by the committer"})
+	res, err = w.CloseWindow(ctx, Command{Target: "t", Path: "site", Message: "by the committer"})
 	if err != nil || res.Author.Name != "Mirror" {
 		t.Fatalf("close = %+v, %v", res, err)
 	}
@@ -335,10 +336,12 @@ func TestCloseWindowAfterStop(t *testing.T) {
 
 func TestCommandOrderKeepsSamePathOrder(t *testing.T) {
 	committer := Signature{"Mirror", "mirror@example.com"}
-	cmd := &Command{Path: "site", Author: &Signature{"Alice", "a@example.com"}}
+	alice := &Signature{"Alice", "a@example.com"}
+	cmd := &Command{Target: "t", Path: "site", Author: alice}
 	bob := upsert("site/a.yaml", "b\n", "2")
 	bob.Change.Author = &Signature{"Bob", "b@example.com"}
 	mine := upsert("site/a.yaml", "a\n", "1")
+	mine.Change.Author = alice
 	// Bob wrote after the command's change of the same file: moving his commit first would
 	// leave the older content at the tip, so the order stays.
 	if got := cmd.order([]Op{mine, bob}, committer); got[0].Cursor.RV != "1" {
@@ -356,10 +359,57 @@ func TestCommandOrderKeepsSamePathOrder(t *testing.T) {
 		t.Fatalf("order = %v", got)
 	}
 	// Folder boundaries: "site-2" is not under "site".
-	if cmd.claims(upsert("site-2/a.yaml", "", "4"), committer) || !cmd.claims(upsert("site/x/a.yaml", "", "5"), committer) {
+	byAlice := func(p string) Op { op := upsert(p, "", "4"); op.Change.Author = alice; return op }
+	if cmd.claims(byAlice("site-2/a.yaml"), committer) || !cmd.claims(byAlice("site/x/a.yaml"), committer) {
 		t.Fatal("claims ignores folder boundaries")
 	}
-	if !(&Command{}).claims(upsert("any/a.yaml", "", "6"), committer) {
-		t.Fatal("a root target claims every file")
+	if !(&Command{Target: "t"}).claims(upsert("any/a.yaml", "", "6"), committer) {
+		t.Fatal("a root target without an author does not claim its committer's files")
+	}
+	if cmd.claims(upsert("site/x/b.yaml", "", "7"), committer) {
+		t.Fatal("an unattributed change is credited to the command's author")
+	}
+	foreign := byAlice("site/x/c.yaml")
+	foreign.Target = "u"
+	if (&Command{Target: "t", Author: alice}).claims(foreign, committer) {
+		t.Fatal("a command claims another target's change")
+	}
+}
+
+// TestCloseWindowClaimsOnlyItsTargetsOwnAuthor: a command commits only its own GitTarget's
+// changes made by its author. Another target's pending change in a sub-folder of the command's
+// path, and an unattributed change of its own target, are committed as they would have been
+// (by the committer, with their usual messages), never credited to the command's author.
+func TestCloseWindowClaimsOnlyItsTargetsOwnAuthor(t *testing.T) {
+	remote := testenv.GitRemote(t, servers.GitRemoteOptions{})
+	url, _ := remote.CreateRepo("claims", "main")
+	bare := remote.RepoDir("claims")
+	w, _ := startWriter(t, Config{URL: url, Branch: "main", Committer: Signature{"Mirror", "mirror@example.com"}, Window: time.Hour})
+	ctx := context.Background()
+	alice := &Signature{"Alice", "alice@example.com"}
+	nested := upsert("site/blog/ns/core/configmaps/post.yaml", "post\n", "5")
+	nested.Target, nested.Cursor.TargetUID = "blog", "blog"
+	nested.Change.Author = alice
+	unattributed := upsert("site/ns/core/configmaps/a.yaml", "a\n", "1")
+	unattributed.Target = "t"
+	own := upsert("site/ns/core/configmaps/c.yaml", "c\n", "3")
+	own.Target, own.Change.Author = "t", alice
+	for _, op := range []Op{nested, unattributed, own} {
+		if err := w.Enqueue(ctx, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := w.CloseWindow(ctx, Command{Target: "t", Path: "site", Message: "Release 1", Author: alice})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files := gitOut(t, "", "--git-dir", bare, "show", "--format=", "--name-only", res.Commit); files != "site/ns/core/configmaps/c.yaml" {
+		t.Fatalf("the command's commit holds %q, want only its own target's change by its author", files)
+	}
+	log := gitOut(t, "", "--git-dir", bare, "log", "--reverse", "--format=%an|%s", "main")
+	for _, want := range []string{"Alice|[CREATE] v1/configmaps/ns/post", "Mirror|[CREATE] v1/configmaps/ns/a", "Alice|Release 1"} {
+		if !strings.Contains(log, want) {
+			t.Fatalf("log lacks %q:\n%s", want, log)
+		}
 	}
 }

@@ -1,0 +1,253 @@
+package source
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/proxy"
+
+	"github.com/siteops/siteops/internal/egress"
+)
+
+// DefaultTimeout bounds every retrieval (resolving a ref, downloading content) when none is set.
+const DefaultTimeout = 60 * time.Second
+
+// Flag names the messages point to, so a refused or bounded retrieval says what to change.
+const (
+	flagTimeout        = "--source-timeout"
+	flagArchiveBytes   = "--decofile-max-archive-bytes"
+	flagAllowedHosts   = "--source-allowed-hosts"
+	flagAllowPrivate   = "--source-allow-private-networks"
+	flagAllowedSchemes = "--source-allowed-schemes"
+)
+
+// EgressSettings name the flags of the source URL policy, for the messages of refusals.
+var EgressSettings = egress.Settings{Hosts: flagAllowedHosts, Private: flagAllowPrivate, Schemes: flagAllowedSchemes}
+
+// defaultEgress is the policy used when a source has none: https and ssh to public addresses.
+var defaultEgress = egress.MustNew(egress.Config{Settings: EgressSettings})
+
+// errorBodyBytes is the most of an error answer's body read (and thrown away) so the connection
+// can be reused; nothing of it is ever shown.
+const errorBodyBytes = 4096
+
+// op is one bounded retrieval: its deadline and the bytes received from the remote so far.
+type op struct {
+	limit    int64
+	timeout  time.Duration
+	received atomic.Int64
+	exceeded atomic.Bool
+	refused  atomic.Pointer[egress.Refused]
+	status   atomic.Int32 // the last HTTP status of an answer that was not a success
+}
+
+type opKey struct{}
+
+// begin starts an operation bounded by timeout and limit (bytes received from the remote).
+func begin(ctx context.Context, timeout time.Duration, limit int64) (context.Context, *op, context.CancelFunc) {
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	o := &op{limit: limit, timeout: timeout}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	return context.WithValue(ctx, opKey{}, o), o, cancel
+}
+
+func opFrom(ctx context.Context) *op {
+	o, _ := ctx.Value(opKey{}).(*op)
+	return o
+}
+
+// count records n more bytes received and reports whether the limit is passed.
+func (o *op) count(n int) error {
+	if o.received.Add(int64(n)) > o.limit {
+		o.exceeded.Store(true)
+		return errTooMuch
+	}
+	return nil
+}
+
+var errTooMuch = errors.New("the remote sent more than the archive byte limit")
+
+func (o *op) noteRefused(err error) {
+	var r *egress.Refused
+	if errors.As(err, &r) {
+		o.refused.Store(r)
+	}
+}
+
+// classify turns a failure of the operation into the error to report when its cause is one of
+// the operation's own bounds (byte limit, deadline) or the URL policy; it returns nil otherwise.
+// These checks come first because the libraries in between may wrap the cause in errors that
+// lose it.
+func (o *op) classify(ctx context.Context, what string, err error) error {
+	switch {
+	case o.exceeded.Load():
+		return errorf(ReasonLimitExceeded, false, "%s: the remote sent more than %d bytes (limit: archive bytes, %s)", what, o.limit, flagArchiveBytes)
+	case o.refused.Load() != nil:
+		return errorf(ReasonNotAllowed, false, "%s: %w", what, o.refused.Load())
+	case egress.IsRefused(err):
+		var r *egress.Refused
+		errors.As(err, &r)
+		return errorf(ReasonNotAllowed, false, "%s: %w", what, r)
+	case errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
+		return errorf(ReasonUnavailable, true, "%s: no complete answer within %s (%s); retrying", what, o.timeout, flagTimeout)
+	}
+	return nil
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// netDetail describes a connection failure by its network error only (address, DNS, refused,
+// reset): never a text the remote produced.
+func netDetail(err error) string {
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return dns.Error()
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		return oe.Error()
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return "the connection closed early"
+	}
+	return "the remote's answer could not be read"
+}
+
+// sourceTransport is the HTTP transport of the sources: it dials through the URL policy, counts
+// the bytes of every answer against the operation's limit, and drops the body of every answer
+// that is not a success, so no library in between can copy it into an error.
+type sourceTransport struct{ next http.RoundTripper }
+
+func newTransport(p *egress.Policy) http.RoundTripper {
+	if p == nil {
+		p = defaultEgress
+	}
+	return sourceTransport{next: p.Transport()}
+}
+
+func (t sourceTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	o := opFrom(req.Context())
+	resp, err := t.next.RoundTrip(req)
+	if err != nil {
+		if o != nil {
+			o.noteRefused(err)
+		}
+		return nil, err
+	}
+	if resp.StatusCode >= 300 {
+		if o != nil && resp.StatusCode >= 400 {
+			o.status.Store(int32(resp.StatusCode))
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, errorBodyBytes))
+		_ = resp.Body.Close()
+		resp.Body, resp.ContentLength = http.NoBody, 0
+		return resp, nil
+	}
+	if o != nil {
+		resp.Body = &countingBody{ReadCloser: resp.Body, op: o}
+	}
+	return resp, nil
+}
+
+type countingBody struct {
+	io.ReadCloser
+	op *op
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if cerr := b.op.count(n); cerr != nil {
+		return n, cerr
+	}
+	return n, err
+}
+
+// SSH connections go through go-git's proxy support, the one place it lets a caller dial: the
+// endpoint's proxy URL names a dialer registered here, which dials through the URL policy, counts
+// the bytes received against the operation's limit and holds the operation's deadline.
+const sshDialScheme = "siteops-source"
+
+var (
+	sshDialers   sync.Map // id → *sshDialer
+	registerOnce sync.Once
+)
+
+type sshDialer struct {
+	policy   *egress.Policy
+	op       *op
+	deadline time.Time
+}
+
+// sshRoute registers a dialer for one SSH operation and returns its proxy URL and its release.
+func sshRoute(ctx context.Context, p *egress.Policy, o *op) (string, func()) {
+	registerOnce.Do(func() {
+		proxy.RegisterDialerType(sshDialScheme, func(u *url.URL, _ proxy.Dialer) (proxy.Dialer, error) {
+			d, ok := sshDialers.Load(u.Host)
+			if !ok {
+				return nil, errors.New("the SSH operation already ended")
+			}
+			return d.(*sshDialer), nil
+		})
+	})
+	buf := make([]byte, 16)
+	_, _ = rand.Read(buf)
+	id := hex.EncodeToString(buf)
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(o.timeout)
+	}
+	if p == nil {
+		p = defaultEgress
+	}
+	sshDialers.Store(id, &sshDialer{policy: p, op: o, deadline: deadline})
+	return sshDialScheme + "://" + id, func() { sshDialers.Delete(id) }
+}
+
+func (d *sshDialer) Dial(network, addr string) (net.Conn, error) {
+	return d.DialContext(context.Background(), network, addr)
+}
+
+func (d *sshDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	ctx, cancel := context.WithDeadline(ctx, d.deadline)
+	defer cancel()
+	c, err := d.policy.DialContext(ctx, network, addr)
+	if err != nil {
+		d.op.noteRefused(err)
+		return nil, err
+	}
+	// The whole SSH session ends at the operation's deadline, even if the remote stops answering.
+	if err := c.SetDeadline(d.deadline); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("set the SSH connection's deadline: %w", err)
+	}
+	return &countingConn{Conn: c, op: d.op}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	op *op
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if cerr := c.op.count(n); cerr != nil {
+		_ = c.Conn.Close()
+		return n, cerr
+	}
+	return n, err
+}
