@@ -52,7 +52,7 @@ func TestMain(m *testing.M) {
 
 // startMirror runs the mirror part as the manager runs it by default (--watchrule-webhook on)
 // with the webhook server the installed configuration calls.
-func startMirror(t *testing.T, c *testenv.Cluster) {
+func startMirror(t *testing.T, c *testenv.Cluster) (stop func()) {
 	t.Helper()
 	wio := c.Env.WebhookInstallOptions
 	skip := true
@@ -69,8 +69,9 @@ func startMirror(t *testing.T, c *testenv.Cluster) {
 	if err := mirror.Setup(mgr, mirror.Options{WatchRuleWebhook: true}); err != nil {
 		t.Fatal(err)
 	}
-	testenv.StartManager(t, mgr)
+	stop = testenv.StartManager(t, mgr)
 	testenv.Eventually(t, 30*time.Second, func() error { return mgr.GetWebhookServer().StartedChecker()(nil) })
+	return stop
 }
 
 // may asks the API server whether user may verb group/resource in namespace.
@@ -106,6 +107,7 @@ func refused(t *testing.T, err error, resources ...string) {
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "may only mirror what its author may read") {
 		t.Fatalf("want the access webhook's refusal, got %v", err)
 	}
+	t.Logf("refused: %v", err)
 	for _, r := range resources {
 		if !strings.Contains(err.Error(), r) {
 			t.Errorf("refusal %q does not name %s", err, r)
@@ -118,7 +120,7 @@ func refused(t *testing.T, err error, resources ...string) {
 // not let it read) into its repository; a rule over ConfigMaps is accepted.
 func TestTenantCannotMirrorWhatItCannotRead(t *testing.T) {
 	c := testenv.APIServer(t)
-	startMirror(t, c)
+	stop := startMirror(t, c)
 	tenant := c.Tenant(t, "wr", nil)
 	ctx := context.Background()
 	const rbacGroup = "rbac.authorization.k8s.io"
@@ -148,23 +150,32 @@ func TestTenantCannotMirrorWhatItCannotRead(t *testing.T) {
 		t.Fatalf("a rule over ConfigMaps was refused: %v", err)
 	}
 
-	// Widening it later is checked like a create.
-	ok.Spec.Rules = append(ok.Spec.Rules, rule(rbacGroup, "rolebindings"))
-	refused(t, tenant.Client.Update(ctx, ok), "rolebindings."+rbacGroup)
-
-	// Metadata changes do not reach the webhook (matchConditions).
-	if err := tenant.Client.Get(ctx, client.ObjectKeyFromObject(ok), ok); err != nil {
-		t.Fatal(err)
-	}
-	ok.Labels = map[string]string{"team": "web"}
-	if err := tenant.Client.Update(ctx, ok); err != nil {
-		t.Fatalf("a label change was refused: %v", err)
-	}
+	// Widening it later is checked like a create (a patch: the rule controller writes its status
+	// meanwhile).
+	widened := ok.DeepCopy()
+	widened.Spec.Rules = append(widened.Spec.Rules, rule(rbacGroup, "rolebindings"))
+	refused(t, tenant.Client.Patch(ctx, widened, client.MergeFrom(ok)), "rolebindings."+rbacGroup)
 
 	// The platform team (cluster-admin) may mirror RoleBindings of the tenant's namespace.
 	if err := c.Client.Create(ctx, watchRule(tenant.Namespace, "audit-rbac", rule(rbacGroup, "rolebindings"))); err != nil {
 		t.Fatalf("an admin's rule over rolebindings was refused: %v", err)
 	}
+
+	// With the mirror down the check fails closed, but metadata changes never reach the webhook
+	// (matchConditions), so they still go through.
+	stop()
+	if err := tenant.Client.Create(ctx, watchRule(tenant.Namespace, "unchecked", rule("", "configmaps"))); err == nil {
+		t.Fatal("a rule was admitted unchecked while the webhook was down")
+	}
+	labeled := ok.DeepCopy()
+	labeled.Labels = map[string]string{"team": "web"}
+	if err := tenant.Client.Patch(ctx, labeled, client.MergeFrom(ok)); err != nil {
+		t.Fatalf("a label change was refused while the webhook was down: %v", err)
+	}
+	if err := tenant.Client.Delete(ctx, ok); err != nil {
+		t.Fatalf("deleting a rule failed while the webhook was down: %v", err)
+	}
+
 }
 
 // TestClusterWatchRuleChecked: a ClusterWatchRule is checked the same way, cluster-wide: a user
