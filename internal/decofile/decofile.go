@@ -174,6 +174,10 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err != nil {
 		return err
 	}
+	if o.Rollout.MaxContentBytes == 0 {
+		// The rollout decodes stored content with the same bound the sources read it with.
+		o.Rollout.MaxContentBytes = o.Delivery.Limits.DecompressedBytes
+	}
 	var deleter *s3target.Store
 	if o.S3.Enabled() {
 		store, err := s3target.New(context.Background(), o.S3)

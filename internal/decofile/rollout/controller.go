@@ -23,8 +23,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/decofile/notify"
@@ -35,6 +37,8 @@ const (
 	DefaultRetryBase             = 5 * time.Second
 	DefaultRetryMax              = 5 * time.Minute
 	DefaultMaxConcurrentRollouts = 4
+	// DefaultMaxConcurrentLoads is how many stored contents are decoded at the same time.
+	DefaultMaxConcurrentLoads = 2
 	// notYetStoredDelay is how soon to look again when the store lags the status.
 	notYetStoredDelay = time.Second
 )
@@ -48,8 +52,14 @@ type Options struct {
 	// RetryBase is the wait before retrying a failed rollout; it doubles per failure up to RetryMax.
 	RetryBase time.Duration
 	RetryMax  time.Duration
-	// MaxConcurrentRollouts is how many Decofiles are rolled out at the same time.
+	// MaxConcurrentRollouts is how many Decofiles the controller decides about at the same time.
+	// Rollouts themselves run beside these workers, one per Decofile (see runners.go).
 	MaxConcurrentRollouts int
+	// MaxContentBytes bounds the decoded content one load may hold (--decofile-max-content-bytes);
+	// the size recorded in status bounds it tighter.
+	MaxContentBytes int64
+	// MaxConcurrentLoads is how many stored contents are decoded at the same time.
+	MaxConcurrentLoads int
 	// Loaders read the stored content per target; configmap is always available.
 	Loaders map[decov1alpha1.TargetType]Loader
 }
@@ -64,6 +74,10 @@ type Reconciler struct {
 
 	mu       sync.Mutex
 	failures map[string]failure
+	// loads holds a slot per content being loaded.
+	loads chan struct{}
+	// runners and the requeue channel: see runners.go.
+	runners runners
 }
 
 // failure remembers the failed rollouts of one content hash, for backoff.
@@ -93,6 +107,12 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if o.MaxConcurrentRollouts <= 0 {
 		o.MaxConcurrentRollouts = DefaultMaxConcurrentRollouts
 	}
+	if o.MaxContentBytes <= 0 {
+		o.MaxContentBytes = DefaultMaxContentBytes
+	}
+	if o.MaxConcurrentLoads <= 0 {
+		o.MaxConcurrentLoads = DefaultMaxConcurrentLoads
+	}
 	// ConfigMaps, Secrets and Pods are read straight from the API server: only at rollout time,
 	// and without caching every Secret and Pod of the cluster in the manager.
 	reader := mgr.GetAPIReader()
@@ -108,10 +128,16 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		notifier: notify.New(o.Notify),
 		opts:     o,
 		failures: map[string]failure{},
+		loads:    make(chan struct{}, o.MaxConcurrentLoads),
+		runners:  newRunners(),
+	}
+	if err := mgr.Add(&r.runners); err != nil {
+		return fmt.Errorf("add rollout runners: %w", err)
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("decofile-rollout").
 		For(&decov1alpha1.Decofile{}, builder.WithPredicates(changePredicate())).
+		WatchesRawSource(source.Channel(r.runners.requeue, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: o.MaxConcurrentRollouts}).
 		Complete(r)
 }
@@ -144,23 +170,28 @@ func readyStatus(df *decov1alpha1.Decofile) metav1.ConditionStatus {
 	return ""
 }
 
-// Reconcile decides whether the Decofile needs a rollout and runs it.
+// Reconcile decides whether the Decofile needs a rollout and starts it. The rollout itself runs
+// in the Decofile's own runner (see runners.go), never in one of the controller's few workers, so
+// pods that hold their requests delay nobody else's rollout.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	log := logf.FromContext(ctx)
+	key := req.String()
 	var df decov1alpha1.Decofile
 	if err := r.client.Get(ctx, req.NamespacedName, &df); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.forget(req.String())
+			r.stopRunner(key)
+			r.forget(key)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
 	}
 	if df.DeletionTimestamp != nil {
+		r.stopRunner(key)
 		return ctrl.Result{}, nil
 	}
 	if df.Spec.Silent {
 		// Silent: no notifications, and no PodsNotified condition that would suggest otherwise.
-		r.forget(req.String())
+		r.stopRunner(key)
+		r.forget(key)
 		return ctrl.Result{}, r.patchStatus(ctx, req.NamespacedName, func(d *decov1alpha1.Decofile) bool {
 			return meta.RemoveStatusCondition(&d.Status.Conditions, decov1alpha1.ConditionPodsNotified)
 		})
@@ -168,43 +199,56 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	hash := df.Status.ContentHash
 	if readyStatus(&df) != metav1.ConditionTrue || hash == "" || hash == df.Status.NotifiedHash {
 		if hash != "" && hash == df.Status.NotifiedHash {
-			r.forget(req.String())
+			r.forget(key)
 		}
 		return ctrl.Result{}, nil
 	}
-	if wait := r.backoffLeft(req.String(), hash); wait > 0 {
+	if wait := r.backoffLeft(key, hash); wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
+	r.startRunner(ctx, &df, hash)
+	return ctrl.Result{}, nil
+}
 
+// rollout loads the stored content of df, notifies its pods and records the outcome. It returns
+// how long to wait before the Decofile is looked at again (0: the status change that ends the
+// rollout triggers the next reconcile by itself).
+func (r *Reconciler) rollout(ctx context.Context, df *decov1alpha1.Decofile, hash string) time.Duration {
+	log := logf.FromContext(ctx)
+	key := client.ObjectKeyFromObject(df)
 	id := decov1alpha1.RolloutID(&df.Status)
 	log = log.WithValues("rollout", id, "contentHash", hash)
 	ctx = logf.IntoContext(ctx, log)
 
 	loader, ok := r.opts.Loaders[df.TargetOrDefault()]
 	if !ok {
-		return r.fail(ctx, &df, id, hash, nil, fmt.Sprintf("no content loader for target %q in this build", df.TargetOrDefault()), time.Now())
+		return r.fail(ctx, df, id, hash, nil, decov1alpha1.ReasonNotificationFailed, fmt.Sprintf("no content loader for target %q in this build", df.TargetOrDefault()), time.Now())
 	}
-	content, err := loader.Load(ctx, &df)
+	content, err := r.load(ctx, loader, df)
 	if errors.Is(err, ErrNotYetStored) {
 		log.V(1).Info("store lags status; waiting", "reason", err.Error())
-		return ctrl.Result{RequeueAfter: notYetStoredDelay}, nil
+		return notYetStoredDelay
 	}
 	start := time.Now()
 	if err != nil {
-		return r.fail(ctx, &df, id, hash, nil, fmt.Sprintf("load stored content: %v", err), start)
+		if ctx.Err() != nil {
+			return 0
+		}
+		return r.fail(ctx, df, id, hash, nil, loadFailureReason(err), fmt.Sprintf("load stored content: %v", err), start)
 	}
-	token, err := r.reloadToken(ctx, &df)
+	token, err := r.reloadToken(ctx, df)
 	if err != nil {
-		return r.fail(ctx, &df, id, hash, nil, err.Error(), start)
+		return r.fail(ctx, df, id, hash, nil, decov1alpha1.ReasonNotificationFailed, err.Error(), start)
 	}
-	pods, err := selectPods(ctx, r.reader, &df)
+	pods, err := selectPods(ctx, r.reader, df)
 	if err != nil {
-		return ctrl.Result{}, err
+		log.Info("could not list pods; will retry", "error", err.Error())
+		return r.opts.RetryBase
 	}
 
 	// PodsNotified=Unknown for this version before the first pod hears of it.
 	startedAt := metav1.NewTime(start)
-	if err := r.patchStatus(ctx, req.NamespacedName, func(d *decov1alpha1.Decofile) bool {
+	if err := r.patchStatus(ctx, key, func(d *decov1alpha1.Decofile) bool {
 		changed := setCondition(d, metav1.ConditionUnknown, decov1alpha1.ReasonNotificationInProgress, "Notifying pods for "+id)
 		ro := &decov1alpha1.RolloutStatus{ID: id, Total: int32(len(pods)), StartedAt: &startedAt}
 		if d.Status.Rollout == nil || *d.Status.Rollout != *ro {
@@ -212,7 +256,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return changed
 	}); err != nil {
-		return ctrl.Result{}, err
+		log.Info("could not record the rollout start; will retry", "error", err.Error())
+		return r.opts.RetryBase
 	}
 
 	targets := make([]notify.Pod, len(pods))
@@ -222,46 +267,73 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	ro := notify.Rollout{
 		ID: id, Protocol: r.opts.Protocol, Timestamp: content.Timestamp, Token: token,
 		Pods: targets, Refresh: refresher(r.reader, df.Namespace),
-		Progress: func(p notify.Progress) { r.recordProgress(ctx, req.NamespacedName, id, p) },
+		Progress: func(p notify.Progress) { r.recordProgress(ctx, key, id, p) },
 	}
 	if r.opts.Protocol == notify.ProtocolPush {
 		ro.Body = notify.PushBody(content.Timestamp, content.JSON)
 	}
 	content = Content{} // the body holds the only copy needed from here on
 	log.Info("notifying pods", "pods", len(pods), "protocol", r.opts.Protocol)
-	runCtx, stopWatch := r.watchSupersede(ctx, req.NamespacedName, hash)
+	runCtx, stopWatch := r.watchSupersede(ctx, key, hash)
 	res := r.notifier.Run(runCtx, ro)
-	superseded := errors.Is(context.Cause(runCtx), errSuperseded)
+	superseded := errors.Is(context.Cause(runCtx), errSuperseded) || errors.Is(context.Cause(ctx), errSuperseded)
 	stopWatch()
-	if superseded {
+	if superseded || ctx.Err() != nil {
 		// Newer content (or silent mode) arrived: this version no longer matters. The change
 		// that superseded it has queued the next reconcile, which resets PodsNotified.
-		log.Info("rollout superseded by a newer change; stopped", "notified", res.Notified, "of", res.Total)
-		return ctrl.Result{}, nil
+		log.Info("rollout superseded by a newer change or stopped", "notified", res.Notified, "of", res.Total)
+		return 0
 	}
 	for o, n := range map[string]int{"notified": res.Notified, "failed": res.Failed, "skipped": res.Skipped} {
 		podNotificationsTotal.WithLabelValues(o).Add(float64(n))
 	}
 	rolloutDuration.Observe(res.Duration.Seconds())
 	if !res.Succeeded() {
-		return r.fail(ctx, &df, id, hash, &res, failureReason(res, r.notifier.Config().Timeout), start)
+		if missing := r.podsWithoutToken(ctx, df, res); len(missing) > 0 {
+			return r.fail(ctx, df, id, hash, &res, ReasonMissingReloadToken, missingTokenMessage(df, missing), start)
+		}
+		return r.fail(ctx, df, id, hash, &res, decov1alpha1.ReasonNotificationFailed, failureReason(res, r.notifier.Config().Timeout), start)
 	}
 
 	rolloutsTotal.WithLabelValues("succeeded").Inc()
 	finished := metav1.Now()
-	if err := r.patchStatus(ctx, req.NamespacedName, func(d *decov1alpha1.Decofile) bool {
+	if err := r.patchStatus(ctx, key, func(d *decov1alpha1.Decofile) bool {
 		setCondition(d, metav1.ConditionTrue, decov1alpha1.ReasonNotificationSucceeded, "Successfully notified all pods for "+id)
 		d.Status.NotifiedHash = hash
 		d.Status.Rollout = summary(id, res.Progress, &startedAt, &finished) // finishedAt always changes
 		return true
 	}); err != nil {
-		return ctrl.Result{}, err
+		log.Info("could not record the rollout result; will retry", "error", err.Error())
+		return r.opts.RetryBase
 	}
-	r.forget(req.String())
-	r.recorder.Eventf(&df, nil, corev1.EventTypeNormal, "RolloutSucceeded", "Notify",
+	r.forget(key.String())
+	r.recorder.Eventf(df, nil, corev1.EventTypeNormal, "RolloutSucceeded", "Notify",
 		"Notified %d of %d pods for %s in %s (%d skipped)", res.Notified, res.Total, id, res.Duration.Round(time.Millisecond), res.Skipped)
 	log.Info("rollout succeeded", "notified", res.Notified, "skipped", res.Skipped, "duration", res.Duration)
-	return ctrl.Result{}, nil
+	return 0
+}
+
+// load reads the stored content with the loader, a few loads at a time: each holds up to the
+// content limit plus the brotli window while it decodes.
+func (r *Reconciler) load(ctx context.Context, l Loader, df *decov1alpha1.Decofile) (Content, error) {
+	select {
+	case r.loads <- struct{}{}:
+	case <-ctx.Done():
+		return Content{}, ctx.Err()
+	}
+	defer func() { <-r.loads }()
+	return l.Load(ctx, df, ContentLimit(df, r.opts.MaxContentBytes))
+}
+
+// loadFailureReason is the PodsNotified reason for content the loader refused.
+func loadFailureReason(err error) string {
+	switch {
+	case errors.Is(err, ErrContentTooLarge):
+		return ReasonContentTooLarge
+	case errors.Is(err, ErrInvalidStoredContent):
+		return ReasonInvalidStoredContent
+	}
+	return decov1alpha1.ReasonNotificationFailed
 }
 
 // errSuperseded ends a rollout whose content is no longer the stored one.
@@ -301,27 +373,28 @@ func (r *Reconciler) watchSupersede(ctx context.Context, key client.ObjectKey, h
 	return runCtx, func() { close(done); cancel(nil) }
 }
 
-// fail records PodsNotified=False with reason and schedules a retry with backoff.
-func (r *Reconciler) fail(ctx context.Context, df *decov1alpha1.Decofile, id, hash string, res *notify.Result, reason string, start time.Time) (ctrl.Result, error) {
+// fail records PodsNotified=False with reason and message and returns the backoff before the retry.
+func (r *Reconciler) fail(ctx context.Context, df *decov1alpha1.Decofile, id, hash string, res *notify.Result, reason, detail string, start time.Time) time.Duration {
 	rolloutsTotal.WithLabelValues("failed").Inc()
 	startedAt, finished := metav1.NewTime(start), metav1.Now()
 	p := notify.Progress{}
 	if res != nil {
 		p = res.Progress
 	}
-	msg := fmt.Sprintf("Failed to notify pods for %s: %s", id, reason)
+	msg := fmt.Sprintf("Failed to notify pods for %s: %s", id, detail)
 	err := r.patchStatus(ctx, client.ObjectKeyFromObject(df), func(d *decov1alpha1.Decofile) bool {
-		setCondition(d, metav1.ConditionFalse, decov1alpha1.ReasonNotificationFailed, msg)
+		setCondition(d, metav1.ConditionFalse, reason, msg)
 		d.Status.Rollout = summary(id, p, &startedAt, &finished)
 		return true
 	})
 	wait := r.recordFailure(client.ObjectKeyFromObject(df).String(), hash)
 	r.recorder.Eventf(df, nil, corev1.EventTypeWarning, "RolloutFailed", "Notify", "%s (retry in %s)", msg, wait)
-	logf.FromContext(ctx).Info("rollout failed; will retry", "reason", reason, "retryIn", wait)
+	log := logf.FromContext(ctx)
+	log.Info("rollout failed; will retry", "reason", reason, "message", detail, "retryIn", wait)
 	if err != nil {
-		return ctrl.Result{}, err
+		log.Info("could not record the failed rollout", "error", err.Error())
 	}
-	return ctrl.Result{RequeueAfter: wait}, nil
+	return wait
 }
 
 // failureReason names the counts and the first few failing pods with their reasons.

@@ -1,12 +1,19 @@
 package rollout
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
+	"io"
 	"strconv"
 	"strings"
 
+	"github.com/andybalholm/brotli"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -20,17 +27,39 @@ type Content struct {
 	Timestamp int64
 }
 
-// Loader reads the content currently stored for a Decofile from where its target keeps it.
+// Loader reads the content currently stored for a Decofile from where its target keeps it. It
+// never holds more than limit bytes of decoded content: past it, it fails with ErrContentTooLarge.
 type Loader interface {
-	Load(ctx context.Context, df *decov1alpha1.Decofile) (Content, error)
+	Load(ctx context.Context, df *decov1alpha1.Decofile, limit int64) (Content, error)
 }
 
 // ErrNotYetStored says the store does not hold the version the status describes yet (the
 // delivery controller writes the store and the status in two steps); the rollout waits.
 var ErrNotYetStored = errors.New("stored content is not the version in status yet")
 
-// MaxContentBytes bounds the JSON decoded from a decofile.bin.
-const MaxContentBytes = 256 << 20
+// ErrContentTooLarge says the stored content decodes to more bytes than the rollout accepts:
+// more than the size the operator recorded in status, or than the configured content limit.
+var ErrContentTooLarge = errors.New("stored content is larger than the operator stored")
+
+// ErrInvalidStoredContent says the stored content is not what the operator stored: it does not
+// decode, or its hash differs from the one in status. Such content is never sent to pods.
+var ErrInvalidStoredContent = errors.New("stored content is not what the operator stored")
+
+// DefaultMaxContentBytes bounds the decoded content when Options.MaxContentBytes is unset; the
+// manager passes --decofile-max-content-bytes.
+const DefaultMaxContentBytes = 64 << 20
+
+// ContentLimit is how many decoded bytes a load of df may hold: the size the operator recorded
+// in status (RawBytes, which tenants cannot write) when it is known, never more than max.
+func ContentLimit(df *decov1alpha1.Decofile, max int64) int64 {
+	if max <= 0 {
+		max = DefaultMaxContentBytes
+	}
+	if raw := df.Status.RawBytes; raw > 0 && raw < max {
+		return raw
+	}
+	return max
+}
 
 // ConfigMapLoader reads the configmap target: decofile.json, or decofile.bin decoded, and timestamp.txt.
 type ConfigMapLoader struct {
@@ -38,8 +67,10 @@ type ConfigMapLoader struct {
 	Reader client.Reader
 }
 
-// Load implements Loader.
-func (l ConfigMapLoader) Load(ctx context.Context, df *decov1alpha1.Decofile) (Content, error) {
+// Load implements Loader. The ConfigMap is tenant-writable, so what it holds is checked against
+// what the operator recorded in status before anything is sent: the decoded size against limit
+// while decoding, then the hash of the result against status.contentHash.
+func (l ConfigMapLoader) Load(ctx context.Context, df *decov1alpha1.Decofile, limit int64) (Content, error) {
 	name := df.Status.ConfigMapName
 	if name == "" {
 		name = df.ConfigMapName()
@@ -55,21 +86,92 @@ func (l ConfigMapLoader) Load(ctx context.Context, df *decov1alpha1.Decofile) (C
 	if ts != df.Status.Timestamp {
 		return Content{}, fmt.Errorf("ConfigMap %s has timestamp %d, status has %d: %w", name, ts, df.Status.Timestamp, ErrNotYetStored)
 	}
+	key, value := storedValue(&cm, df.Status.Format)
+	if value == "" {
+		return Content{}, fmt.Errorf("ConfigMap %s has no %s: %w", name, key, ErrInvalidStoredContent)
+	}
+	// The stored value must be the one the operator wrote: checked before decoding, so nothing a
+	// tenant planted there is ever decompressed.
+	if err := verifyStored(value, df.Status.StoredHash); err != nil {
+		return Content{}, fmt.Errorf("ConfigMap %s: %s: %w", name, key, err)
+	}
 	var data []byte
-	switch {
-	case cm.Data[decov1alpha1.KeyBin] != "":
-		data, err = encode.Decode(decov1alpha1.FormatBin, cm.Data[decov1alpha1.KeyBin], MaxContentBytes)
-	case cm.Data[decov1alpha1.KeyJSON] != "":
-		data, err = encode.Decode(decov1alpha1.FormatJSON, cm.Data[decov1alpha1.KeyJSON], MaxContentBytes)
-	default:
-		return Content{}, fmt.Errorf("ConfigMap %s has neither %s nor %s", name, decov1alpha1.KeyJSON, decov1alpha1.KeyBin)
+	var sum string
+	if key == decov1alpha1.KeyBin {
+		data, sum, err = DecodeBin(value, limit, df.Status.RawBytes)
+	} else if int64(len(value)) > limit {
+		err = fmt.Errorf("%s holds %d bytes, more than %d: %w", key, len(value), limit, ErrContentTooLarge)
+	} else {
+		data = []byte(value)
+		sum = encode.Hash(data)
 	}
 	if err != nil {
 		return Content{}, fmt.Errorf("ConfigMap %s: %w", name, err)
 	}
-	if h := encode.Hash(data); df.Status.ContentHash != "" && h != df.Status.ContentHash {
-		return Content{}, fmt.Errorf("ConfigMap %s holds content with hash %s but status.contentHash is %s at the same timestamp %d",
-			name, h, df.Status.ContentHash, ts)
+	if err := VerifyHash(sum, df.Status.ContentHash); err != nil {
+		return Content{}, fmt.Errorf("ConfigMap %s at timestamp %d: %w", name, ts, err)
 	}
 	return Content{JSON: data, Timestamp: ts}, nil
 }
+
+// storedValue is the ConfigMap key the status says the operator wrote and its value; with no
+// format in status, decofile.bin when present, else decofile.json.
+func storedValue(cm *corev1.ConfigMap, format decov1alpha1.Format) (string, string) {
+	key := decov1alpha1.KeyJSON
+	if format == decov1alpha1.FormatBin || format == "" && cm.Data[decov1alpha1.KeyBin] != "" {
+		key = decov1alpha1.KeyBin
+	}
+	return key, cm.Data[key]
+}
+
+// verifyStored refuses a stored value whose SHA-256 differs from want, the status.storedHash the
+// operator recorded when it wrote the value (empty in statuses written before it was recorded).
+func verifyStored(value, want string) error {
+	if want == "" {
+		return nil
+	}
+	h := sha256.New()
+	_, _ = io.WriteString(h, value) // no copy of the value
+	if got := hexSum(h); got != want {
+		return fmt.Errorf("stored value hash %s differs from status.storedHash %s (changed outside the operator; "+
+			"the delivery controller restores it): %w", got, want, ErrInvalidStoredContent)
+	}
+	return nil
+}
+
+// VerifyHash refuses content whose SHA-256 (hex) got differs from want, the hash the operator
+// recorded in status. An empty want (a status written before hashes were recorded) accepts any.
+func VerifyHash(got, want string) error {
+	if want != "" && got != want {
+		return fmt.Errorf("content hash %s differs from the recorded %s: %w", got, want, ErrInvalidStoredContent)
+	}
+	return nil
+}
+
+// DecodeBin decodes a decofile.bin value (base64 of brotli) as a stream, never holding more than
+// limit decoded bytes: a value that expands past limit (a brotli bomb) fails with
+// ErrContentTooLarge after reading limit+1 bytes. sizeHint, the size the operator recorded, sizes
+// the result in one allocation. It returns the JSON and its SHA-256 (hex), computed while
+// decoding. Besides the result, the brotli decoder's window buffers (about 32 MiB at most: the
+// large-window extension stays off) are the only allocation that depends on the input.
+func DecodeBin(value string, limit, sizeHint int64) ([]byte, string, error) {
+	if limit <= 0 {
+		limit = DefaultMaxContentBytes
+	}
+	br := brotli.NewReader(base64.NewDecoder(base64.StdEncoding, strings.NewReader(value)))
+	h := sha256.New()
+	var buf bytes.Buffer
+	if sizeHint > 0 && sizeHint <= limit {
+		buf.Grow(int(sizeHint) + bytes.MinRead) // ReadFrom wants MinRead spare bytes before it reads
+	}
+	n, err := buf.ReadFrom(io.LimitReader(io.TeeReader(br, h), limit+1))
+	switch {
+	case err != nil:
+		return nil, "", fmt.Errorf("decode %s: %w (%w)", decov1alpha1.KeyBin, err, ErrInvalidStoredContent)
+	case n > limit:
+		return nil, "", fmt.Errorf("%s decodes to more than %d bytes: %w", decov1alpha1.KeyBin, limit, ErrContentTooLarge)
+	}
+	return buf.Bytes(), hexSum(h), nil
+}
+
+func hexSum(h hash.Hash) string { return hex.EncodeToString(h.Sum(nil)) }

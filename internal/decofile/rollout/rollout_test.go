@@ -134,6 +134,7 @@ func (e *env) store(df *decov1alpha1.Decofile, content []byte, commit string, ts
 	} else {
 		data[decov1alpha1.KeyJSON] = string(content)
 	}
+	stored := data[decov1alpha1.KeyJSON] + data[decov1alpha1.KeyBin]
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: df.ConfigMapName(), Namespace: e.ns}, Data: data}
 	if err := e.c.Client.Create(ctx, cm); err != nil {
 		if err := e.c.Client.Update(ctx, cm); err != nil {
@@ -144,6 +145,8 @@ func (e *env) store(df *decov1alpha1.Decofile, content []byte, commit string, ts
 		d.Status.SourceType = decov1alpha1.SourceGitHub
 		d.Status.GitHubCommit = commit
 		d.Status.ContentHash = encode.Hash(content)
+		d.Status.StoredHash = encode.Hash([]byte(stored))
+		d.Status.RawBytes = int64(len(content))
 		d.Status.Timestamp = ts
 		d.Status.Format = format
 		d.Status.ConfigMapName = df.ConfigMapName()
@@ -187,6 +190,7 @@ type sitePod struct {
 type podOpts struct {
 	labels  map[string]string
 	token   string
+	noToken bool // the runtime has no reload token (it answers every reload with 401)
 	phase   corev1.PodPhase
 	wrap    func(http.Handler) http.Handler
 	runtime siteruntime.Options
@@ -195,7 +199,7 @@ type podOpts struct {
 
 func (e *env) sitePod(name string, o podOpts) *sitePod {
 	e.t.Helper()
-	if o.token == "" {
+	if o.token == "" && !o.noToken {
 		o.token = reloadToken
 	}
 	if o.phase == "" {
@@ -456,7 +460,7 @@ func TestPodDeletedMidRolloutAndWrongToken(t *testing.T) {
 		e := newEnv(t, rollout.Options{})
 		df := e.decofile("promo", false)
 		e.sitePod("promo-a", podOpts{labels: labelled(df)})
-		stale := e.sitePod("promo-b", podOpts{labels: labelled(df), token: "a-token-from-an-old-revision"})
+		stale := e.sitePod("promo-b", podOpts{labels: labelled(df), token: "a-token-from-an-old-revision", env: tokenEnv(df)})
 		e.store(df, []byte(`{"a":1}`), "3333333333333333333333333333333333333333", 1731600200, false)
 		got := e.podsNotified(df, metav1.ConditionFalse, "promo-b: HTTP 401: the pod rejected the reload token", 20*time.Second)
 		if stale.rt.Reloads() != 0 || got.Status.NotifiedHash != "" {

@@ -20,13 +20,13 @@ var _ rollout.Loader = Loader{}
 
 // Load implements rollout.Loader. The delivery controller uploads before it records the new
 // hash in status, so an object newer than the status means the status is about to catch up.
-func (l Loader) Load(ctx context.Context, df *decov1.Decofile) (rollout.Content, error) {
+func (l Loader) Load(ctx context.Context, df *decov1.Decofile, limit int64) (rollout.Content, error) {
 	if df.Status.S3URL == "" {
 		// The target was just flipped to s3: the status still describes the ConfigMap content
 		// until the delivery controller has uploaded it.
 		return rollout.Content{}, fmt.Errorf("status does not name an uploaded object yet: %w", rollout.ErrNotYetStored)
 	}
-	obj, err := l.Store.Get(ctx, df, rollout.MaxContentBytes)
+	obj, err := l.Store.Get(ctx, df, limit)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
 			return rollout.Content{}, fmt.Errorf("%w; the delivery controller uploads it again on its next change", err)
