@@ -126,9 +126,6 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if o.Tokens.Namespaces == nil {
 		o.Tokens.Namespaces = source.NamespaceAnnotations(mgr.GetAPIReader()) // grants of the fallback token
 	}
-	if o.Tokens.Namespaces == nil {
-		o.Tokens.Namespaces = source.NamespaceAnnotations(mgr.GetAPIReader()) // grants of the fallback token
-	}
 	if o.GitHub.Observe == nil {
 		o.GitHub.Observe = func(kind string, code int) {
 			githubRequestsTotal.WithLabelValues(kind, strconv.Itoa(code)).Inc()
