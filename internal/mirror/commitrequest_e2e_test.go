@@ -33,8 +33,10 @@ import (
 )
 
 // TestCommitRequestCommitsAsSubmitter runs the whole mirror part with its CommitRequest webhook
-// served to a real API server: a change waits in an hour-long window until a user's
-// CommitRequest closes it, and the commit carries that user and message.
+// served to a real API server: the webhook records the submitter, and a change waiting in an
+// hour-long window is pushed when the request closes it. Without author attribution the change
+// has no recorded author, so it is not credited to the submitter: it is committed by the
+// committer with its usual message, and the request reports NothingPending for its author.
 func TestCommitRequestCommitsAsSubmitter(t *testing.T) {
 	port, err := servers.FreePort("127.0.0.1")
 	if err != nil {
@@ -65,15 +67,34 @@ func TestCommitRequestCommitsAsSubmitter(t *testing.T) {
 	testenv.StartManager(t, mgr)
 	testenv.Eventually(t, 30*time.Second, func() error { return mgr.GetWebhookServer().StartedChecker()(nil) })
 
-	cr := closeWithRequest(t, f, eng, userClient(t, c, "alice"), "Release 1: new landing page")
-	tip := f.git(t, "rev-parse", "main")
-	if cr.Status.Commit != tip || cr.Status.Author != "alice <alice@users.noreply.invalid>" {
-		t.Fatalf("status = %+v, tip %s", cr.Status, tip)
+	f.target(t, "site", "site", time.Hour, "")
+	f.watchRule(t, "cms", "site", cmRule())
+	target := types.NamespacedName{Namespace: f.ns, Name: "site"}
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if st, ok := eng.Status(target); !ok || st.Streams == 0 {
+			return fmt.Errorf("target not running: %+v", st)
+		}
+		return nil
+	})
+	f.create(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: f.ns}, Data: map[string]string{"color": "blue"}})
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if st, _ := eng.Status(target); st.Writer.Pending == 0 {
+			return fmt.Errorf("the change is not pending in the writer yet")
+		}
+		return nil
+	})
+	if err := userClient(t, c, "alice").Create(context.Background(), &mirrorv1alpha1.CommitRequest{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "release"},
+		Spec: mirrorv1alpha1.CommitRequestSpec{TargetRef: mirrorv1alpha1.TargetReference{Name: "site"}, Message: "Release 1: new landing page"}}); err != nil {
+		t.Fatal(err)
+	}
+	cr := waitRequest(t, f, "release", mirrorv1alpha1.ReasonNothingPending)
+	if cr.Status.Commit != "" || cr.Status.Author != "alice <alice@users.noreply.invalid>" {
+		t.Fatalf("status = %+v", cr.Status)
 	}
 	if a := meta.FindStatusCondition(cr.Status.Conditions, mirrorv1alpha1.ConditionAuthorAttributed); a == nil || a.Status != metav1.ConditionTrue || a.Reason != mirrorv1alpha1.ReasonCommandAuthor {
 		t.Fatalf("AuthorAttributed = %+v", a)
 	}
-	if got := f.git(t, "log", "-1", "--format=%an <%ae> | %cn | %B", "main"); got != "alice <alice@users.noreply.invalid> | Mirror Bot | Release 1: new landing page" {
+	if got := f.git(t, "log", "-1", "--format=%an | %cn | %s", "main"); got != "Mirror Bot | Mirror Bot | [CREATE] v1/configmaps/"+f.ns+"/app" {
 		t.Fatalf("commit = %q", got)
 	}
 	if files := f.git(t, "show", "--format=", "--name-only", "main"); files != "site/"+f.ns+"/core/configmaps/app.yaml" {
@@ -231,7 +252,7 @@ func TestCommitRequestAfterAttributedChange(t *testing.T) {
 	}
 	eng, err := mirror.SetupWithEngine(mgr, mirror.Options{RedisAddr: redis.Addr, RedisKeyPrefix: "cmdattr", CommitRequestWebhook: true,
 		Attribution: attribution.Options{Enabled: true, Grace: 4 * time.Second, FactTTL: time.Minute, Route: "prod",
-			ListenAddress: addr, CertDir: certs.CertDir, ClientCAFile: certs.CAFile}})
+			ListenAddress: addr, CertDir: certs.CertDir, ClientCAFile: certs.CAFile, ClientNames: []string{"kube-apiserver"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
