@@ -1,26 +1,47 @@
 package mirror_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
 	"github.com/siteops/siteops/internal/mirror"
+	"github.com/siteops/siteops/internal/mirror/commitrequest"
+	"github.com/siteops/siteops/internal/mirror/store"
+	"github.com/siteops/siteops/internal/scheme"
 	"github.com/siteops/siteops/internal/servers"
 	"github.com/siteops/siteops/internal/testenv"
 )
@@ -250,5 +271,134 @@ func TestCommitRequestCannotTakeAnotherTargetsChanges(t *testing.T) {
 	}
 	if st, _ := eng.Status(types.NamespacedName{Namespace: victimNS, Name: "site"}); st.Writer.Pending == 0 {
 		t.Fatal("the victim's change left its window")
+	}
+}
+
+// writeAdmissionClientCert writes the API server's AdmissionConfiguration that makes it present
+// m's client certificate to admission webhooks at hostPort, and returns its path.
+func writeAdmissionClientCert(t *testing.T, m *testenv.MTLS, hostPort string) string {
+	t.Helper()
+	dir := t.TempDir()
+	b64 := base64.StdEncoding.EncodeToString
+	kubeconfig := fmt.Sprintf(`apiVersion: v1
+kind: Config
+users:
+- name: %q
+  user:
+    client-certificate-data: %s
+    client-key-data: %s
+`, hostPort, b64(m.ClientCertPEM), b64(m.ClientKeyPEM))
+	admission := fmt.Sprintf(`apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: ValidatingAdmissionWebhook
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    kubeConfigFile: %s
+`, filepath.Join(dir, "webhook.kubeconfig"))
+	must(t, os.WriteFile(filepath.Join(dir, "webhook.kubeconfig"), []byte(kubeconfig), 0o600))
+	must(t, os.WriteFile(filepath.Join(dir, "admission.yaml"), []byte(admission), 0o600))
+	return filepath.Join(dir, "admission.yaml")
+}
+
+// TestCommitRequestAuthorCannotBeForged: the CommitRequest webhook records the submitter the
+// API server authenticated. A tenant's pod calling the webhook port directly with a forged
+// AdmissionReview (any user, any UID) is refused unless it holds the API server's client
+// certificate, and no later record replaces the first one for a UID.
+func TestCommitRequestAuthorCannotBeForged(t *testing.T) {
+	port, err := servers.FreePort("127.0.0.1")
+	must(t, err)
+	hostPort := "127.0.0.1:" + strconv.Itoa(port)
+	certs := testenv.NewMTLS(t, "kube-apiserver", "127.0.0.1")
+	admissionFile := writeAdmissionClientCert(t, certs, hostPort)
+	vwc := commitrequest.WebhookConfiguration(commitrequest.URLClientConfig("https://"+hostPort, nil))
+	c := testenv.NewAPIServer(t, servers.APIServerOptions{
+		Webhooks: envtest.WebhookInstallOptions{LocalServingHost: "127.0.0.1", LocalServingPort: port,
+			ValidatingWebhooks: []*admissionregistrationv1.ValidatingWebhookConfiguration{vwc}},
+		Configure: func(env *envtest.Environment) {
+			env.ControlPlane.GetAPIServer().Configure().Set("admission-control-config-file", admissionFile)
+		},
+	})
+	redis := testenv.Redis(t, servers.RedisOptions{})
+	wio := c.Env.WebhookInstallOptions
+	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
+		Scheme:                 scheme.New(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr(true)},
+		WebhookServer:          webhook.NewServer(webhook.Options{Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir}),
+	})
+	must(t, err)
+	_, err = mirror.SetupWithEngine(mgr, mirror.Options{RedisAddr: redis.Addr, RedisKeyPrefix: "forge", CommitRequestWebhook: true,
+		CommitRequestWebhookClientCA: certs.CAFile, CommitRequestWebhookClientNames: []string{"kube-apiserver"}})
+	must(t, err)
+	testenv.StartManager(t, mgr)
+	testenv.Eventually(t, 30*time.Second, func() error { return mgr.GetWebhookServer().StartedChecker()(nil) })
+	st, err := store.NewRedisStore(store.RedisStoreConfig{Addr: redis.Addr, KeyPrefix: "forge"})
+	must(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	authors := st.CommandAuthorStore()
+	ctx := context.Background()
+
+	// The real path: a tenant's CommitRequest, admitted by the API server, which presents its
+	// client certificate to the webhook.
+	tenant := c.Tenant(t, "forger", nil)
+	cr := &mirrorv1alpha1.CommitRequest{ObjectMeta: metav1.ObjectMeta{Namespace: tenant.Namespace, Name: "release"},
+		Spec: mirrorv1alpha1.CommitRequestSpec{TargetRef: mirrorv1alpha1.TargetReference{Name: "site"}, Message: "Release"}}
+	must(t, tenant.Client.Create(ctx, cr))
+	t.Cleanup(func() { _ = c.Client.DeleteAllOf(context.Background(), &mirrorv1alpha1.CommitRequest{}, client.InNamespace(tenant.Namespace)) })
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if a, ok := authors.LookupCommandAuthor(ctx, cr.UID); !ok || a.Author != tenant.Name {
+			return fmt.Errorf("recorded submitter = %+v, %v; want %s", a, ok, tenant.Name)
+		}
+		return nil
+	})
+
+	// The forgery: a pod posts an AdmissionReview naming a user of its choice.
+	forge := func(tlsCfg *tls.Config, uid types.UID) int {
+		t.Helper()
+		review := admissionv1.AdmissionReview{
+			TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+			Request: &admissionv1.AdmissionRequest{
+				UID:       "forged-review",
+				Kind:      metav1.GroupVersionKind{Group: mirrorv1alpha1.GroupVersion.Group, Version: mirrorv1alpha1.GroupVersion.Version, Kind: "CommitRequest"},
+				Resource:  metav1.GroupVersionResource{Group: mirrorv1alpha1.GroupVersion.Group, Version: mirrorv1alpha1.GroupVersion.Version, Resource: "commitrequests"},
+				Namespace: tenant.Namespace, Name: "release", Operation: admissionv1.Create,
+				UserInfo: authnv1.UserInfo{Username: "platform-admin"},
+				Object:   runtime.RawExtension{Raw: []byte(fmt.Sprintf(`{"apiVersion":"mirror.siteops.dev/v1alpha1","kind":"CommitRequest","metadata":{"name":"release","namespace":%q,"uid":%q}}`, tenant.Namespace, uid))},
+			},
+		}
+		body, err := json.Marshal(review)
+		must(t, err)
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}, Timeout: 5 * time.Second}
+		resp, err := hc.Post("https://"+hostPort+commitrequest.WebhookPath, "application/json", bytes.NewReader(body))
+		if err != nil {
+			return 0
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode
+	}
+	noCert := &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the attacker does not check the server
+	crt, key := certs.Issue(t, "system:node:worker-1", x509.ExtKeyUsageClientAuth, nil)
+	pair, err := tls.X509KeyPair(crt, key)
+	must(t, err)
+	wrongName := &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{pair}} //nolint:gosec // as above
+
+	if code := forge(noCert, "fresh-uid-1"); code == http.StatusOK {
+		t.Errorf("a review without a client certificate was served (status %d)", code)
+	}
+	if code := forge(wrongName, "fresh-uid-2"); code == http.StatusOK {
+		t.Errorf("a review with a client certificate of the CA named system:node:worker-1 was served (status %d)", code)
+	}
+	for _, uid := range []types.UID{"fresh-uid-1", "fresh-uid-2"} {
+		if a, ok := authors.LookupCommandAuthor(ctx, uid); ok {
+			t.Errorf("a refused review recorded %+v for %s", a, uid)
+		}
+	}
+	forge(noCert, cr.UID)
+	if a, _ := authors.LookupCommandAuthor(ctx, cr.UID); a.Author != tenant.Name {
+		t.Fatalf("after a forged review the submitter of the tenant's request is %q, want %q", a.Author, tenant.Name)
 	}
 }
