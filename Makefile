@@ -37,6 +37,7 @@ manifests:
 	mkdir -p charts/siteops/crds charts/siteops/files/rbac
 	rm -f charts/siteops/crds/*.yaml && cp config/crd/bases/*.yaml charts/siteops/crds/
 	cp config/webhook/manifests.yaml charts/siteops/files/webhooks.yaml
+	cp config/rbac/tenant_roles.yaml charts/siteops/files/tenant-roles.yaml
 	for part in decofile tenant mirror webhookcert; do \
 	  $(TOOLS) controller-gen rbac:roleName=siteops-$$part paths=./internal/$$part/... output:rbac:stdout > charts/siteops/files/rbac/$$part.yaml; \
 	done
