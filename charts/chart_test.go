@@ -40,6 +40,7 @@ import (
 	"github.com/siteops/siteops/internal/decofile/inject"
 	"github.com/siteops/siteops/internal/manager"
 	"github.com/siteops/siteops/internal/mirror/commitrequest"
+	"github.com/siteops/siteops/internal/mirror/ruleaccess"
 	"github.com/siteops/siteops/internal/servers"
 	"github.com/siteops/siteops/internal/testenv"
 )
@@ -493,7 +494,7 @@ func TestSelfSignedRBAC(t *testing.T) {
 		if slices.Contains(r.APIGroups, "") {
 			t.Errorf("cluster-wide rule %+v: Secret access of the certificate rotator belongs in the release namespace", r)
 		}
-		if !slices.Equal(r.ResourceNames, []string{inject.MutatingConfigName, inject.ValidatingConfigName, commitrequest.WebhookConfigName}) {
+		if !slices.Equal(r.ResourceNames, []string{inject.MutatingConfigName, inject.ValidatingConfigName, commitrequest.WebhookConfigName, ruleaccess.WebhookConfigName}) {
 			t.Errorf("rule %+v: limit it to the webhook configurations the manager patches", r)
 		}
 	}
@@ -776,10 +777,10 @@ func TestNotesWarnAboutMissingSettings(t *testing.T) {
 func TestWebhooksPerPart(t *testing.T) {
 	for name, want := range map[string][]string{
 		"decofile only":            {inject.MutatingConfigName, inject.ValidatingConfigName},
-		"mirror only":              {commitrequest.WebhookConfigName},
+		"mirror only":              {commitrequest.WebhookConfigName, ruleaccess.WebhookConfigName},
 		"tenant only":              nil,
-		"no injection":             {commitrequest.WebhookConfigName},
-		"no commitrequest webhook": {inject.MutatingConfigName, inject.ValidatingConfigName},
+		"no injection":             {commitrequest.WebhookConfigName, ruleaccess.WebhookConfigName},
+		"no commitrequest webhook": {inject.MutatingConfigName, inject.ValidatingConfigName, ruleaccess.WebhookConfigName},
 	} {
 		t.Run(name, func(t *testing.T) {
 			m := render(t, "siteops", namespace, values(t, valueSets[name]))

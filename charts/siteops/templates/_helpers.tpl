@@ -67,9 +67,14 @@ app.kubernetes.io/component: manager
 {{- if and (include "siteops.enabled" (dict "part" "mirror" "root" .)) (index .Values.flags "commitrequest-webhook") -}}true{{- end -}}
 {{- end -}}
 
+{{/* "true" when the mirror's WatchRule access webhook is served: the mirror part runs with it. */}}
+{{- define "siteops.watchRuleWebhook" -}}
+{{- if and (include "siteops.enabled" (dict "part" "mirror" "root" .)) (index .Values.flags "watchrule-webhook") -}}true{{- end -}}
+{{- end -}}
+
 {{/* "true" when any admission webhook is served (the webhook Service, TLS and port). */}}
 {{- define "siteops.webhooks" -}}
-{{- if or (include "siteops.decofileWebhooks" .) (include "siteops.mirrorWebhooks" .) -}}true{{- end -}}
+{{- if or (include "siteops.decofileWebhooks" .) (include "siteops.mirrorWebhooks" .) (include "siteops.watchRuleWebhook" .) -}}true{{- end -}}
 {{- end -}}
 
 {{- define "siteops.selfSigned" -}}
@@ -80,6 +85,7 @@ app.kubernetes.io/component: manager
 {{- define "siteops.mutatingWebhookName" -}}siteops-decofile-inject{{- end -}}
 {{- define "siteops.validatingWebhookName" -}}siteops-decofile-protect{{- end -}}
 {{- define "siteops.commitRequestWebhookName" -}}siteops-mirror-commitrequest{{- end -}}
+{{- define "siteops.watchRuleWebhookName" -}}siteops-mirror-watchrule{{- end -}}
 
 {{/* The port of a bind address such as ":8080" or "0.0.0.0:8080". */}}
 {{- define "siteops.port" -}}
@@ -114,4 +120,30 @@ app.kubernetes.io/component: manager
 {{- define "siteops.auditReceiver" -}}
 {{- $flags := include "siteops.flags" . | fromJson -}}
 {{- if and (include "siteops.enabled" (dict "part" "mirror" "root" .)) (index $flags "author-attribution") -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+The mirror's ClusterRole rules narrowed to mirror.resources: the generated rule granting every
+resource (apiGroups and resources "*") becomes one rule per entry with the same verbs; the other
+generated rules (its own kinds, credential Secrets by name, Events, access reviews) stay.
+*/}}
+{{- define "siteops.mirrorRules" -}}
+{{- $out := list -}}
+{{- range .rules -}}
+{{- if and (has "*" .apiGroups) (has "*" .resources) -}}
+{{- $verbs := .verbs -}}
+{{- range $i, $r := $.resources -}}
+{{- if or (not (hasKey $r "apiGroup")) (not $r.resources) -}}
+{{- fail (printf "mirror.resources[%d]: want {apiGroup, resources}" $i) -}}
+{{- end -}}
+{{- if and (has (toString $r.apiGroup) (list "" "*")) (or (has "secrets" $r.resources) (has "*" $r.resources)) -}}
+{{- fail (printf "mirror.resources[%d]: Secrets are never mirrored; name the core resources to mirror instead of granting Secrets" $i) -}}
+{{- end -}}
+{{- $out = append $out (dict "apiGroups" (list (toString $r.apiGroup)) "resources" $r.resources "verbs" $verbs) -}}
+{{- end -}}
+{{- else -}}
+{{- $out = append $out . -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $out -}}
 {{- end -}}
