@@ -52,7 +52,7 @@ func newDecofileWaitCommand() *cobra.Command {
 		Long: "Reads the Decofile and decides from its PodsNotified condition; otherwise watches it from the\n" +
 			"version it read, so no update is missed. Exit status: 0 when PodsNotified=True for the awaited\n" +
 			"version, 1 when False for it (or the Decofile is silent), 2 on timeout.",
-		Example: "  siteops decofile wait shop -n sites-shop --for commit:0123abc…\n" +
+		Example: "  siteops decofile wait shop -n sites-shop --for commit:0123abc\n" +
 			"  siteops decofile wait shop --for current --timeout 10m",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -72,7 +72,7 @@ func newDecofileWaitCommand() *cobra.Command {
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
 	f.StringVar(&o.kubeContext, "context", "", "kubeconfig context to use")
 	f.StringVarP(&o.namespace, "namespace", "n", "", "namespace of the Decofile (default: the context's namespace)")
-	f.StringVar(&o.target, "for", o.target, "version to wait for: commit:<sha>, timestamp:<unix seconds> or current")
+	f.StringVar(&o.target, "for", o.target, "version to wait for: commit:<sha> (or its first 7+ characters, as the Commit column shows), timestamp:<unix seconds> or current")
 	f.DurationVar(&o.timeout, "timeout", o.timeout, "give up after this long (exit status 2)")
 	return cmd
 }

@@ -170,3 +170,41 @@ func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
 }
+
+// TestDecofileWaitShortCommit: --for commit:<short sha>, as the Commit printer column shows it,
+// waits for the commit it abbreviates; a prefix that matches two commits the Decofile knows of
+// is refused.
+func TestDecofileWaitShortCommit(t *testing.T) {
+	f := newWaitFixture(t)
+	const full = "0123abcd4567ef890123abcd4567ef890123abcd"
+	short := full[:7]
+
+	out := &syncBuffer{}
+	wait := f.start(out, "--for", "commit:"+short, "--timeout", "20s")
+	f.setRollout(full, metav1.ConditionUnknown, "Notifying pods for commit:"+full, 1, 2)
+	f.setRollout(full, metav1.ConditionTrue, "Successfully notified all pods for commit:"+full, 2, 2)
+	text, err := wait()
+	if exitCode(err) != 0 || !strings.Contains(text, "Successfully notified all pods for commit:"+full) {
+		t.Fatalf("started before: exit %d (%v), output %q", exitCode(err), err, text)
+	}
+	if text, err := f.run("--for", "commit:"+short, "--timeout", "5s"); exitCode(err) != 0 || !strings.Contains(text, "commit:"+full) {
+		t.Fatalf("started after: exit %d (%v), output %q", exitCode(err), err, text)
+	}
+
+	// The stored commit and the one of the rollout in the summary share the prefix.
+	const twin = "0123abcdffffffffffffffffffffffffffffffff"
+	var d decov1alpha1.Decofile
+	if err := f.c.Client.Get(context.Background(), client.ObjectKeyFromObject(f.df), &d); err != nil {
+		t.Fatal(err)
+	}
+	d.Status.GitHubCommit = twin
+	if err := f.c.Client.Status().Update(context.Background(), &d); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.run("--for", "commit:"+short, "--timeout", "5s"); exitCode(err) != 1 || !strings.Contains(err.Error(), "ambiguous") {
+		t.Fatalf("ambiguous prefix: exit %d (%v)", exitCode(err), err)
+	}
+	if _, err := f.run("--for", "commit:0123ab", "--timeout", "5s"); err == nil || !strings.Contains(err.Error(), "at least 7") {
+		t.Fatalf("six characters: %v", err)
+	}
+}
