@@ -213,6 +213,19 @@ func TestWatchRuleWebhook(t *testing.T) {
 			}
 		})
 	}
+	t.Run("config/default", func(t *testing.T) {
+		k := kustomizeBuild(t, "../config/default")
+		var got, cr admissionregistrationv1.ValidatingWebhookConfiguration
+		if !k.get(t, "ValidatingWebhookConfiguration", ruleaccess.WebhookConfigName, &got) || !k.get(t, "ValidatingWebhookConfiguration", commitrequest.WebhookConfigName, &cr) {
+			t.Fatalf("config/default has no %s or %s", ruleaccess.WebhookConfigName, commitrequest.WebhookConfigName)
+		}
+		if !equalJSON(t, got.Webhooks, want.Webhooks) {
+			t.Error("config/webhook's WatchRule webhook differs from ruleaccess.WebhookConfiguration")
+		}
+		if a := got.Annotations["cert-manager.io/inject-ca-from"]; a == "" || a != cr.Annotations["cert-manager.io/inject-ca-from"] {
+			t.Errorf("config/default: cert-manager injects %q into the WatchRule webhook, %q into the CommitRequest one", a, cr.Annotations["cert-manager.io/inject-ca-from"])
+		}
+	})
 	for name, doc := range map[string]string{"flag off": "flags: {watchrule-webhook: false}", "no mirror": valueSets["decofile only"]} {
 		t.Run(name, func(t *testing.T) {
 			m := render(t, "siteops", namespace, values(t, doc))
