@@ -27,7 +27,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/go-git/go-git/v5/plumbing/transport/client"
-	"github.com/go-git/go-git/v5/storage/memory"
+	"golang.org/x/sync/semaphore"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -134,6 +134,9 @@ type Config struct {
 	// ReopenAfter bounds memory: once this many objects were pushed since the last (depth 1)
 	// fetch, the in-memory repository is dropped and fetched again; default 100000.
 	ReopenAfter int
+	// MaxQueuedBytes bounds the file content handed over but not yet taken by the writer (it may
+	// be busy pushing): Enqueue blocks past it; default 64 MiB.
+	MaxQueuedBytes int64
 	// Cursors records the cursors of pushed ops; nil records nothing.
 	Cursors CursorRecorder
 	// OnPushed, when set, is called with every change of each successful push.
@@ -159,8 +162,11 @@ type Writer struct {
 	in   chan Op
 	name string
 
-	repo *git.Repository
-	tip  plumbing.Hash
+	repo  *git.Repository
+	store *objectStore
+	tip   plumbing.Hash
+	// queuedBytes bounds the content waiting in the input channel (MaxQueuedBytes).
+	queuedBytes *semaphore.Weighted
 	// built collects the objects the current build stored, for the push.
 	built []plumbing.Hash
 	// pushedObjects counts objects pushed since the repository was opened.
@@ -194,7 +200,11 @@ func New(cfg Config) *Writer {
 	if cfg.ReopenAfter <= 0 {
 		cfg.ReopenAfter = 100000
 	}
-	return &Writer{cfg: cfg, in: make(chan Op, 4096), name: cfg.URL + "#" + cfg.Branch, commands: make(chan commandRequest), stopped: make(chan struct{})}
+	if cfg.MaxQueuedBytes <= 0 {
+		cfg.MaxQueuedBytes = 64 << 20
+	}
+	return &Writer{cfg: cfg, in: make(chan Op, 4096), name: cfg.URL + "#" + cfg.Branch, commands: make(chan commandRequest), stopped: make(chan struct{}),
+		queuedBytes: semaphore.NewWeighted(cfg.MaxQueuedBytes)}
 }
 
 // OnStatusChange registers fn to be called (without locks held) after each push or failure.
@@ -204,8 +214,13 @@ func (w *Writer) OnStatusChange(fn func()) {
 	w.mu.Unlock()
 }
 
-// Enqueue hands op to the writer, blocking while its queue is full (back-pressure on the watch).
+// Enqueue hands op to the writer, blocking while its queue is full, in ops or in content bytes
+// (back-pressure on the watch).
 func (w *Writer) Enqueue(ctx context.Context, op Op) error {
+	n := w.queuedWeight(op)
+	if err := w.queuedBytes.Acquire(ctx, n); err != nil {
+		return err
+	}
 	w.mu.Lock()
 	w.queued++
 	w.mu.Unlock()
@@ -216,8 +231,15 @@ func (w *Writer) Enqueue(ctx context.Context, op Op) error {
 		w.mu.Lock()
 		w.queued--
 		w.mu.Unlock()
+		w.queuedBytes.Release(n)
 		return ctx.Err()
 	}
+}
+
+// queuedWeight is what op counts against MaxQueuedBytes: its content, at most the whole bound
+// (a larger object waits for an empty queue).
+func (w *Writer) queuedWeight(op Op) int64 {
+	return min(int64(len(op.Change.Content)), w.cfg.MaxQueuedBytes)
 }
 
 // Status returns a snapshot of the writer's state.
@@ -260,7 +282,7 @@ func (w *Writer) Run(ctx context.Context) error {
 	}
 	defer metrics.PendingWrites.DeleteLabelValues(w.name)
 
-	var pending []Op
+	var pending pendingOps
 	var first, last time.Time
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -269,12 +291,9 @@ func (w *Writer) Run(ctx context.Context) error {
 	quiet := min(w.cfg.Window, time.Second)
 
 	take := func(op Op) {
-		w.mu.Lock()
-		w.queued--
-		w.status.Pending++
-		w.mu.Unlock()
+		w.queuedBytes.Release(w.queuedWeight(op))
 		now := time.Now()
-		if len(pending) == 0 {
+		if pending.len() == 0 {
 			// The window runs from the event's arrival, not from when the writer got to it (it may
 			// have been busy pushing), so a change waits at most Window before its commit.
 			first = now
@@ -283,19 +302,29 @@ func (w *Writer) Run(ctx context.Context) error {
 			}
 		}
 		last = now
-		pending = append(pending, op)
+		pending.add(op)
+		w.mu.Lock()
+		w.queued--
+		w.status.Pending = pending.len()
+		w.mu.Unlock()
 	}
 	flushWith := func(fctx context.Context, cmd *Command) (CommandResult, error) {
-		res, err := w.flush(fctx, pending, cmd)
+		res, err := w.flush(fctx, pending.list(), cmd)
 		if err != nil {
-			log.Error(err, "push failed; changes stay pending", "pending", len(pending), "retryIn", retryDelay)
+			// Until a push succeeds, a file's newer change replaces its pending one, so memory
+			// follows the number of files, not of changes.
+			pending.startCoalescing()
+			w.mu.Lock()
+			w.status.Pending = pending.len()
+			w.mu.Unlock()
+			log.Error(err, "push failed; changes stay pending", "pending", pending.len(), "retryIn", retryDelay)
 			w.setStatus(func(s *Status) { s.LastError = err })
 			retrying = true
 			timer.Reset(retryDelay)
 			retryDelay = min(2*retryDelay, time.Minute)
 			return res, err
 		}
-		pending = pending[:0]
+		pending.reset()
 		retrying = false
 		retryDelay = w.cfg.RetryInterval
 		w.mu.Lock()
@@ -304,7 +333,7 @@ func (w *Writer) Run(ctx context.Context) error {
 		return res, nil
 	}
 	flush := func(fctx context.Context) {
-		if len(pending) == 0 {
+		if pending.len() == 0 {
 			return
 		}
 		_, _ = flushWith(fctx, nil)
@@ -314,7 +343,7 @@ func (w *Writer) Run(ctx context.Context) error {
 		// While pushes fail, stop taking ops past a bound: the watches then block, and their
 		// unpushed events stay uncommitted to their cursors instead of piling up in memory.
 		in := w.in
-		if retrying && len(pending) >= 4*w.cfg.MaxBatch {
+		if retrying && pending.len() >= 4*w.cfg.MaxBatch {
 			in = nil
 		}
 		select {
@@ -337,7 +366,7 @@ func (w *Writer) Run(ctx context.Context) error {
 			take(op)
 			// Take whatever else is already queued before deciding, so bursts batch well.
 		drain:
-			for len(pending) < w.cfg.MaxBatch {
+			for pending.len() < w.cfg.MaxBatch {
 				select {
 				case op := <-w.in:
 					take(op)
@@ -348,7 +377,7 @@ func (w *Writer) Run(ctx context.Context) error {
 			if retrying {
 				continue
 			}
-			if w.cfg.Window == 0 || len(pending) >= w.cfg.MaxBatch {
+			if w.cfg.Window == 0 || pending.len() >= w.cfg.MaxBatch {
 				timer.Stop()
 				flush(ctx)
 				continue
@@ -380,14 +409,15 @@ func (w *Writer) Run(ctx context.Context) error {
 
 // open clones the branch into memory, or starts an empty history when the branch does not exist.
 func (w *Writer) open(ctx context.Context) error {
-	repo, err := git.Init(memory.NewStorage(), nil)
+	st := newObjectStore()
+	repo, err := git.Init(st, nil)
 	if err != nil {
 		return fmt.Errorf("init in-memory repository: %w", err)
 	}
 	if _, err := repo.CreateRemote(&config.RemoteConfig{Name: "origin", URLs: []string{w.cfg.URL}}); err != nil {
 		return fmt.Errorf("configure remote: %w", err)
 	}
-	w.repo = repo
+	w.repo, w.store = repo, st
 	if _, err := w.fetch(ctx); err != nil {
 		return err
 	}
@@ -397,10 +427,10 @@ func (w *Writer) open(ctx context.Context) error {
 // reopen replaces the in-memory repository by a fresh depth-1 fetch, releasing every object
 // the writer accumulated. On failure the current repository is kept.
 func (w *Writer) reopen(ctx context.Context) {
-	repo, tip := w.repo, w.tip
+	repo, store, tip := w.repo, w.store, w.tip
 	if err := w.open(ctx); err != nil {
 		logf.FromContext(ctx).Error(err, "refetch the repository to release memory; keeping the current one")
-		w.repo, w.tip = repo, tip
+		w.repo, w.store, w.tip = repo, store, tip
 		return
 	}
 	w.pushedObjects = 0
@@ -447,6 +477,9 @@ func (w *Writer) flush(ctx context.Context, ops []Op, cmd *Command) (CommandResu
 	log := logf.FromContext(ctx)
 	var lastErr error
 	res := CommandResult{Author: w.cfg.Committer}
+	// The blobs built here are pushed or refused by the time flush returns; either way they are
+	// not needed any more (a retry builds them again).
+	defer func() { w.store.releaseBlobs() }()
 	// Cursors follow the order the ops were received in, even when a command reorders commits.
 	received := ops
 	if cmd != nil {
@@ -703,6 +736,8 @@ func (w *Writer) build(base plumbing.Hash, ops []Op, cmd *Command) (plumbing.Has
 		rootTree = c.TreeHash
 	}
 	ix := newTreeIndex(s, rootTree)
+	w.store.tracking = true
+	defer func() { w.store.tracking = false }()
 	w.built = w.built[:0]
 	w.commits, w.commandCommit = w.commits[:0], plumbing.ZeroHash
 	parent := base

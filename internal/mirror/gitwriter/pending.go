@@ -1,0 +1,195 @@
+package gitwriter
+
+import (
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/storage/memory"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// opDropped marks a pending op that a later op made useless (see pendingOps.coalesce).
+const opDropped OpKind = -1
+
+type cursorKey struct {
+	uid string
+	gvr schema.GroupVersionResource
+	ns  string
+}
+
+func keyOf(c Cursor) (cursorKey, bool) {
+	if c.RV == "" || c.TargetUID == "" {
+		return cursorKey{}, false
+	}
+	return cursorKey{c.TargetUID, c.GVR, c.Namespace}, true
+}
+
+// pendingOps holds the ops not yet pushed, in the order received.
+//
+// While pushes succeed every op is kept, so each change of a batch gets its commit and author.
+// Once a push failed, the buffer coalesces: a new change of a file replaces the pending change
+// of that file (the latest content wins, it is what the next push must write), and a cursor
+// replaces the older cursor of its watch stream. Memory then follows the number of distinct
+// files and streams, not the number of changes, however long the remote keeps refusing.
+type pendingOps struct {
+	ops []Op
+	// coalescing is on after a failed push, until the buffer is pushed.
+	coalescing bool
+	// file is the index of the pending change of each path; cursor the index of the op carrying
+	// the newest cursor of each stream. Both are kept only while coalescing.
+	file   map[string]int
+	cursor map[cursorKey]int
+	// live counts ops that are not dropped; bytes the content they hold.
+	live    int
+	dropped int
+	bytes   int64
+}
+
+func (p *pendingOps) len() int { return p.live }
+
+// add appends op, replacing what it supersedes while coalescing.
+func (p *pendingOps) add(op Op) {
+	if p.coalescing {
+		p.supersede(op)
+		if op.Kind == OpMark {
+			if _, ok := keyOf(op.Cursor); !ok {
+				return // a mark without a cursor carries nothing
+			}
+		}
+	}
+	i := len(p.ops)
+	p.ops = append(p.ops, op)
+	p.live++
+	p.bytes += int64(len(op.Change.Content))
+	if p.coalescing {
+		p.index(i)
+	}
+}
+
+// index records op i as its path's change and its stream's newest cursor.
+func (p *pendingOps) index(i int) {
+	op := p.ops[i]
+	if op.Kind == OpUpsert || op.Kind == OpDelete {
+		p.file[cleanDir(op.Change.Path)] = i
+	}
+	if k, ok := keyOf(op.Cursor); ok {
+		p.cursor[k] = i
+	}
+}
+
+// supersede drops the pending change of op's file and, when op carries a cursor, the bare mark
+// holding its stream's older cursor.
+func (p *pendingOps) supersede(op Op) {
+	if op.Kind == OpUpsert || op.Kind == OpDelete {
+		if j, ok := p.file[cleanDir(op.Change.Path)]; ok {
+			p.retire(j)
+		}
+	}
+	if k, ok := keyOf(op.Cursor); ok {
+		if j, ok := p.cursor[k]; ok && p.ops[j].Kind == OpMark {
+			p.drop(j)
+		}
+	}
+}
+
+// retire removes the file change at j. Its cursor survives as a bare mark when it is still its
+// stream's newest; the cursor is recorded after the next push, as before.
+func (p *pendingOps) retire(j int) {
+	old := p.ops[j]
+	k, ok := keyOf(old.Cursor)
+	if !ok || p.cursor[k] != j {
+		p.drop(j)
+		return
+	}
+	p.bytes -= int64(len(old.Change.Content))
+	p.ops[j] = Op{Kind: OpMark, Target: old.Target, Cursor: old.Cursor}
+}
+
+func (p *pendingOps) drop(j int) {
+	p.bytes -= int64(len(p.ops[j].Change.Content))
+	p.ops[j] = Op{Kind: opDropped}
+	p.live--
+	p.dropped++
+	if p.dropped > 64 && p.dropped > len(p.ops)/2 {
+		p.compact()
+	}
+}
+
+// compact removes dropped ops and rebuilds the indexes.
+func (p *pendingOps) compact() {
+	out := p.ops[:0]
+	for _, op := range p.ops {
+		if op.Kind != opDropped {
+			out = append(out, op)
+		}
+	}
+	clear(p.ops[len(out):])
+	p.ops, p.dropped = out, 0
+	if p.coalescing {
+		clear(p.file)
+		clear(p.cursor)
+		for i := range p.ops {
+			p.index(i)
+		}
+	}
+}
+
+// list returns the pending ops in order, without dropped ones.
+func (p *pendingOps) list() []Op {
+	if p.dropped > 0 {
+		p.compact()
+	}
+	return p.ops
+}
+
+// startCoalescing switches to coalescing after a failed push, folding what is pending already.
+func (p *pendingOps) startCoalescing() {
+	if p.coalescing {
+		return
+	}
+	ops := p.list()
+	p.coalescing = true
+	p.file, p.cursor = map[string]int{}, map[cursorKey]int{}
+	p.ops, p.live, p.bytes = nil, 0, 0
+	for _, op := range ops {
+		p.add(op)
+	}
+}
+
+// reset empties the buffer after a push and stops coalescing.
+func (p *pendingOps) reset() {
+	clear(p.ops)
+	p.ops = p.ops[:0]
+	p.live, p.dropped, p.bytes = 0, 0, 0
+	p.coalescing, p.file, p.cursor = false, nil, nil
+}
+
+// objectStore is the writer's in-memory git storage. It notes the blobs a build adds so they
+// can be dropped once the push is done or failed: the writer compares files by hash and never
+// reads a blob back, and a retry builds them again from the pending changes. Without this, every
+// failed push of new content would leave its blobs in memory for good.
+type objectStore struct {
+	*memory.Storage
+	tracking bool
+	added    []plumbing.Hash
+}
+
+func newObjectStore() *objectStore { return &objectStore{Storage: memory.NewStorage()} }
+
+// SetEncodedObject stores obj, noting a blob that was not stored yet while tracking.
+func (s *objectStore) SetEncodedObject(obj plumbing.EncodedObject) (plumbing.Hash, error) {
+	if s.tracking && obj.Type() == plumbing.BlobObject {
+		if _, ok := s.Objects[obj.Hash()]; !ok {
+			s.added = append(s.added, obj.Hash())
+		}
+	}
+	return s.Storage.SetEncodedObject(obj)
+}
+
+// releaseBlobs forgets the blobs noted since the last call.
+func (s *objectStore) releaseBlobs() {
+	for _, h := range s.added {
+		delete(s.Objects, h)
+		delete(s.Blobs, h)
+	}
+	clear(s.added)
+	s.added = s.added[:0]
+}
