@@ -98,6 +98,7 @@ func (o *Options) bindRolloutFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&n.PodTimeout, "notify-pod-timeout", orDefault(n.PodTimeout, notify.DefaultPodTimeout), "time one notification attempt on one pod may take")
 	fs.IntVar(&n.Attempts, "notify-attempts", orDefault(n.Attempts, notify.DefaultAttempts), "attempts per pod (unreachable pods and 5xx answers are retried with backoff)")
 	fs.DurationVar(&n.Timeout, "notify-timeout", orDefault(n.Timeout, notify.DefaultTimeout), "time a whole rollout may take; pods not confirmed by then fail it")
+	fs.Int64Var(&o.Rollout.MemoryBytes, "notify-memory-bytes", o.Rollout.MemoryBytes, "Decofile content bytes all running push rollouts may hold together, one namespace at most --decofile-max-content-bytes of it (0: twice --decofile-max-content-bytes)")
 	if o.Rollout.Protocol == "" {
 		o.Rollout.Protocol = notify.ProtocolPush
 	}
@@ -128,8 +129,8 @@ func (o *Options) Validate() error {
 		}
 	}
 	n := o.Rollout.Notify
-	if n.Concurrency < 0 || n.Attempts < 0 || n.PodTimeout < 0 || n.Timeout < 0 {
-		errs = append(errs, errors.New("--notify-concurrency, --notify-attempts, --notify-pod-timeout and --notify-timeout must be positive"))
+	if n.Concurrency < 0 || n.Attempts < 0 || n.PodTimeout < 0 || n.Timeout < 0 || o.Rollout.MemoryBytes < 0 {
+		errs = append(errs, errors.New("--notify-concurrency, --notify-attempts, --notify-pod-timeout, --notify-timeout and --notify-memory-bytes must be positive"))
 	}
 	d := o.Delivery
 	if d.CompressionThreshold < 0 || d.Limits.ArchiveBytes < 0 || d.Limits.DecompressedBytes < 0 || d.Limits.Files < 0 || d.Concurrency < 0 {

@@ -60,6 +60,9 @@ type Options struct {
 	MaxContentBytes int64
 	// MaxConcurrentLoads is how many stored contents are decoded at the same time.
 	MaxConcurrentLoads int
+	// MemoryBytes bounds the content all running push rollouts hold together (default twice
+	// MaxContentBytes); one namespace's rollouts hold at most MaxContentBytes of it.
+	MemoryBytes int64
 	// Loaders read the stored content per target; configmap is always available.
 	Loaders map[decov1alpha1.TargetType]Loader
 }
@@ -76,6 +79,8 @@ type Reconciler struct {
 	failures map[string]failure
 	// loads holds a slot per content being loaded.
 	loads chan struct{}
+	// memory is what running push rollouts may hold.
+	memory *budget
 	// runners and the requeue channel: see runners.go.
 	runners runners
 }
@@ -113,6 +118,9 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if o.MaxConcurrentLoads <= 0 {
 		o.MaxConcurrentLoads = DefaultMaxConcurrentLoads
 	}
+	if o.MemoryBytes <= 0 {
+		o.MemoryBytes = 2 * o.MaxContentBytes
+	}
 	// ConfigMaps, Secrets and Pods are read straight from the API server: only at rollout time,
 	// and without caching every Secret and Pod of the cluster in the manager.
 	reader := mgr.GetAPIReader()
@@ -129,6 +137,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		opts:     o,
 		failures: map[string]failure{},
 		loads:    make(chan struct{}, o.MaxConcurrentLoads),
+		memory:   newBudget(o.MemoryBytes, o.MaxContentBytes),
 		runners:  newRunners(),
 	}
 	if err := mgr.Add(&r.runners); err != nil {
@@ -220,6 +229,20 @@ func (r *Reconciler) rollout(ctx context.Context, df *decov1alpha1.Decofile, has
 	log = log.WithValues("rollout", id, "contentHash", hash)
 	ctx = logf.IntoContext(ctx, log)
 
+	if r.opts.Protocol == notify.ProtocolPush {
+		// The push body is held until the rollout ends, however long its pods take.
+		release, err := r.memory.acquire(ctx, df.Namespace, ContentLimit(df, r.opts.MaxContentBytes), func() {
+			log.Info("waiting for rollout memory")
+			_ = r.patchStatus(ctx, key, func(d *decov1alpha1.Decofile) bool {
+				return setCondition(d, metav1.ConditionUnknown, decov1alpha1.ReasonNotificationInProgress,
+					"Waiting for rollout memory (--notify-memory-bytes) before notifying pods for "+id)
+			})
+		})
+		if err != nil {
+			return 0 // stopped or superseded
+		}
+		defer release()
+	}
 	loader, ok := r.opts.Loaders[df.TargetOrDefault()]
 	if !ok {
 		return r.fail(ctx, df, id, hash, nil, decov1alpha1.ReasonNotificationFailed, fmt.Sprintf("no content loader for target %q in this build", df.TargetOrDefault()), time.Now())
