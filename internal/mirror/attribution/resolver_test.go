@@ -357,10 +357,16 @@ func TestStoppedStreamDropsWaitingOps(t *testing.T) {
 // once as the committer's (result absent) and are counted, so a flood of changes whose facts
 // never come cannot hold unbounded objects in memory.
 func TestWaitingCap(t *testing.T) {
-	f := &facts{m: map[string]store.AuthorFact{}}
+	srv := testenv.Redis(t, servers.RedisOptions{})
+	st, err := store.NewRedisStore(store.RedisStoreConfig{Addr: srv.Addr, KeyPrefix: "cap"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	idx := st.AttributionIndex(time.Minute)
 	var mu sync.Mutex
 	results := map[string]store.AttributionResult{}
-	r := New(Config{Index: f, Route: "r", Grace: time.Minute, MaxPoll: 10 * time.Millisecond, MaxWaiting: 3, OnResolved: func(res Resolved) {
+	r := New(Config{Index: idx, Route: "r", Grace: time.Minute, MaxPoll: 10 * time.Millisecond, MaxWaiting: 3, OnResolved: func(res Resolved) {
 		mu.Lock()
 		results[string(res.UID)] = res.Result
 		mu.Unlock()
@@ -391,7 +397,7 @@ func TestWaitingCap(t *testing.T) {
 		t.Errorf("Waiting() = %d, want 3", n)
 	}
 	// A fact arrives: its event leaves the waiting set, making room for the next one.
-	f.set("a", "1", "alice")
+	must(t, idx.RecordFact(ctx, "r", auditEvent("alice", "a", "1")))
 	r.Notify()
 	testenv.Eventually(t, 2*time.Second, func() error {
 		if n := r.Waiting(); n != 2 {
