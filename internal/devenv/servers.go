@@ -5,7 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
+	"github.com/siteops/siteops/internal/decofile"
+	"github.com/siteops/siteops/internal/egress"
 	"github.com/siteops/siteops/internal/manager"
 	"github.com/siteops/siteops/internal/mirror/audit"
 	"github.com/siteops/siteops/internal/servers"
@@ -65,7 +69,20 @@ func startServers(ctx context.Context, env *Env, dir string, mo *manager.Options
 		return nil, fmt.Errorf("start git remote: %w", err)
 	}
 	env.onStop(s.Git.Stop)
+	allowLocalGit(&mo.Decofile.Delivery, s.Git.BaseURL)
 	return s, nil
+}
+
+// allowLocalGit lets Decofile sources reach the local git remote, which serves plain HTTP on
+// loopback: exactly that host and port, as a platform would allow its own git host.
+func allowLocalGit(d *decofile.DeliveryOptions, baseURL string) {
+	if !slices.Contains(d.SourceAllowedSchemes, "http") {
+		if len(d.SourceAllowedSchemes) == 0 {
+			d.SourceAllowedSchemes = slices.Clone(egress.DefaultSchemes)
+		}
+		d.SourceAllowedSchemes = append(d.SourceAllowedSchemes, "http")
+	}
+	d.SourceAllowedHosts = append(d.SourceAllowedHosts, strings.TrimPrefix(baseURL, "http://"))
 }
 
 // auditWebhook prepares the mirror's audit receiver on a loopback port with a throw-away CA, and
