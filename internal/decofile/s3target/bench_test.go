@@ -40,7 +40,7 @@ func BenchmarkUploadAndLoad(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			l := s3target.Loader{Store: store}
 			for b.Loop() {
-				if c, err := l.Load(context.Background(), df); err != nil || len(c.JSON) != len(body) {
+				if c, err := l.Load(context.Background(), df, int64(len(body))); err != nil || len(c.JSON) != len(body) {
 					b.Fatalf("%d bytes, %v", len(c.JSON), err)
 				}
 			}

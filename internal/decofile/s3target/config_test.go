@@ -1,9 +1,12 @@
 package s3target_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
@@ -17,24 +20,44 @@ import (
 	"github.com/siteops/siteops/internal/decofile/s3target"
 )
 
+// TestWebhookURLMatchesUploadKey: the URL the webhook injects (DECO_RELEASE) is the public
+// host and path followed by exactly the key the uploader (Store) writes, for every way the
+// bucket can be addressed.
 func TestWebhookURLMatchesUploadKey(t *testing.T) {
-	df := &decov1.Decofile{ObjectMeta: metav1.ObjectMeta{Namespace: "sites-shop", Name: "shop"}}
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+	df := &decov1.Decofile{ObjectMeta: metav1.ObjectMeta{Namespace: "sites-shop", Name: "shop"}, Spec: decov1.DecofileSpec{DeploymentID: "shop-prod"}}
 	for name, tc := range map[string]struct {
-		cfg    s3target.Config
-		region string
-		want   string
-		host   string
+		cfg       s3target.Config
+		base      string // scheme, public host and path before the key
+		uploadKey string // the key as the S3 API sees it
 	}{
-		"aws default":           {s3target.Config{Bucket: "b"}, "eu-west-1", "https://b.s3.eu-west-1.amazonaws.com/sites-shop/shop/decofile.json", "b.s3.eu-west-1.amazonaws.com"},
-		"cdn with prefix":       {s3target.Config{Bucket: "b", Prefix: "/prod/", PublicHost: "configs.example.com"}, "", "https://configs.example.com/prod/sites-shop/shop/decofile.json", "configs.example.com"},
-		"path-style endpoint":   {s3target.Config{Bucket: "b", Endpoint: "http://127.0.0.1:9000", PathStyle: true, Prefix: "p"}, "", "https://127.0.0.1:9000/b/p/sites-shop/shop/decofile.json", "127.0.0.1:9000"},
-		"virtual-host endpoint": {s3target.Config{Bucket: "b", Endpoint: "https://s3.example.net"}, "", "https://b.s3.example.net/sites-shop/shop/decofile.json", "b.s3.example.net"},
-		"public host with path": {s3target.Config{Bucket: "b", PublicHost: "cdn.example.com:8443/b/", Prefix: "x"}, "", "https://cdn.example.com:8443/b/x/sites-shop/shop/decofile.json", "cdn.example.com:8443"},
+		"aws default":           {s3target.Config{Bucket: "b", Region: "eu-west-1"}, "https://b.s3.eu-west-1.amazonaws.com/", "sites-shop/shop-prod/decofile.json"},
+		"cdn with prefix":       {s3target.Config{Bucket: "b", Prefix: "/prod/", PublicHost: "configs.example.com"}, "https://configs.example.com/", "prod/sites-shop/shop-prod/decofile.json"},
+		"path-style endpoint":   {s3target.Config{Bucket: "b", Endpoint: "http://127.0.0.1:9000", PathStyle: true, Prefix: "p"}, "https://127.0.0.1:9000/b/", "p/sites-shop/shop-prod/decofile.json"},
+		"virtual-host endpoint": {s3target.Config{Bucket: "b", Endpoint: "https://s3.example.net"}, "https://b.s3.example.net/", "sites-shop/shop-prod/decofile.json"},
+		"public host with path": {s3target.Config{Bucket: "b", PublicHost: "cdn.example.com:8443/b/", Prefix: "x"}, "https://cdn.example.com:8443/b/", "x/sites-shop/shop-prod/decofile.json"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			w := tc.cfg.Webhook(tc.region)
-			if got := w.ObjectURL(df); got != tc.want || w.PublicHost != tc.host {
-				t.Fatalf("URL %q host %q, want %q %q", got, w.PublicHost, tc.want, tc.host)
+			store, err := s3target.New(context.Background(), tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := store.Key(df) // what Put uploads to
+			if key != tc.uploadKey {
+				t.Fatalf("upload key %q, want %q", key, tc.uploadKey)
+			}
+			w := store.Webhook()
+			if got, want := w.ObjectURL(df), tc.base+key; got != want {
+				t.Fatalf("webhook URL %q, want %q (public base + the uploader's key)", got, want)
+			}
+			if got := store.URL(df); got != w.ObjectURL(df) {
+				t.Fatalf("status URL %q differs from the webhook's %q", got, w.ObjectURL(df))
+			}
+			if host := strings.TrimPrefix(tc.base, "https://"); !strings.HasPrefix(host, w.PublicHost+"/") {
+				t.Fatalf("public host %q, want the host of %q", w.PublicHost, tc.base)
 			}
 		})
 	}

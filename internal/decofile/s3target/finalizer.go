@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/internal/decofile/controller"
 )
 
 // Finalizer on an s3-target Decofile (with --s3-delete-on-finalize) holds its deletion until
@@ -22,7 +23,8 @@ import (
 const Finalizer = "deco.sites/s3-object"
 
 // Finalizers adds Finalizer to s3-target Decofiles and deletes their object when they are
-// deleted. A Decofile flipped back to configmap keeps the finalizer: its object is still in the
+// deleted, unless an older Decofile of the namespace holds the same deploymentId (and so the
+// same key). A Decofile flipped back to configmap keeps the finalizer: its object is still in the
 // bucket until the Decofile goes. Without a store (delete-on-finalize off, or no s3 target) it
 // only removes the finalizer, so a Decofile never stays Terminating because the operator was
 // reconfigured.
@@ -69,6 +71,16 @@ func (f *Finalizers) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if f.store == nil {
 		logf.FromContext(ctx).Info("delete-on-finalize is off: leaving the Decofile's S3 object to the bucket lifecycle rule")
+		return ctrl.Result{}, f.patch(ctx, &df, func(d *decov1.Decofile) { controllerutil.RemoveFinalizer(d, Finalizer) })
+	}
+	// A newer Decofile with the same deploymentId was never delivered (DeploymentIDConflict):
+	// the object at its key is the older one's, which still uses it.
+	var list decov1.DecofileList
+	if err := f.client.List(ctx, &list, client.InNamespace(df.Namespace)); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list the Decofiles of namespace %s: %w", df.Namespace, err)
+	}
+	if holder := controller.DeploymentIDHolder(list.Items, &df); holder != nil {
+		logf.FromContext(ctx).Info("leaving the S3 object to the Decofile that holds the deploymentId", "object", f.store.Describe(&df), "holder", holder.Name)
 		return ctrl.Result{}, f.patch(ctx, &df, func(d *decov1.Decofile) { controllerutil.RemoveFinalizer(d, Finalizer) })
 	}
 	if err := f.store.Delete(ctx, &df); err != nil {

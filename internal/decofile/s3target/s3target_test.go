@@ -265,6 +265,30 @@ func TestFlipTargets(t *testing.T) {
 		t.Fatalf("after the flip to configmap the webhook injects %s=%q with volumes %+v", decov1.EnvRelease, r, stored.Spec.Template.Spec.Volumes)
 	}
 
+	// → s3 and back to configmap with unchanged content: the object gets that content; back on
+	// configmap the status names the ConfigMap again (it holds that content already) and the
+	// webhook mounts it.
+	update(t, c, df, func(d *decov1.Decofile) { d.Spec.Target = decov1.TargetS3 })
+	got = waitReady(t, c, df, metav1.ConditionTrue, decov1.ReasonS3Uploaded, nil)
+	if got.Status.ConfigMapName != "" || got.Status.S3URL == "" || got.Status.ContentHash != encode.Hash(b) {
+		t.Fatalf("status after the unchanged flip to s3 %+v", got.Status)
+	}
+	if data, _, err := object(t, sh.s3, key(df)); err != nil || !bytes.Equal(data, b) {
+		t.Fatalf("object after the unchanged flip to s3: %q %v, want %q", data, err, b)
+	}
+	update(t, c, df, func(d *decov1.Decofile) { d.Spec.Target = decov1.TargetConfigMap })
+	got = waitReady(t, c, df, metav1.ConditionTrue, decov1.ReasonSucceeded, nil)
+	if got.Status.ConfigMapName != df.ConfigMapName() || got.Status.S3URL != "" || got.Status.ContentHash != encode.Hash(b) {
+		t.Fatalf("status after the unchanged flip back to configmap %+v: want configMapName %s", got.Status, df.ConfigMapName())
+	}
+	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: df.ConfigMapName()}, &cm); err != nil || cm.Data[decov1.KeyJSON] != string(b) {
+		t.Fatalf("ConfigMap after the unchanged flip back: %v %v", cm.Data, err)
+	}
+	touch(t, c, dep)
+	if env, stored := envOf(t, c, dep); !strings.HasPrefix(env[decov1.EnvRelease].Value, "file://") || len(stored.Spec.Template.Spec.Volumes) != 1 {
+		t.Fatalf("after the unchanged flip back the webhook injects %s=%q", decov1.EnvRelease, env[decov1.EnvRelease].Value)
+	}
+
 	// → s3 again with newer content: the object is updated, the ConfigMap stays as it was.
 	update(t, c, df, func(d *decov1.Decofile) { d.Spec.Target = decov1.TargetS3; setBlock("site", `{"v":"c"}`)(d) })
 	cc := merged(t, map[string]string{"site": `{"v":"c"}`})
@@ -505,5 +529,52 @@ func TestForcedReupload(t *testing.T) {
 	})
 	if got.Status.Timestamp != first.Status.Timestamp || got.Status.ContentHash != first.Status.ContentHash || m.puts.puts.Load() != 2 {
 		t.Fatalf("re-upload changed the version: %+v (was %+v), %d uploads", got.Status, first.Status, m.puts.puts.Load())
+	}
+}
+
+// TestDuplicateDeploymentIDKeepsObject: a newer s3-target Decofile with the deploymentId of an
+// older one neither overwrites the object at their shared key nor, with delete-on-finalize,
+// deletes it when it goes; the older one's object stays as it uploaded it.
+func TestDuplicateDeploymentIDKeepsObject(t *testing.T) {
+	sh := setup(t)
+	c := sh.c
+	ctx := context.Background()
+	ns := c.Namespace(t, "s3-dup", nil)
+	cfg := sh.cfg
+	cfg.DeleteOnFinalize = true
+	startManager(t, c, ns, cfg)
+
+	first := inlineDecofile(ns, "shop", decov1.TargetS3, map[string]string{"site": `{"v":"first"}`})
+	if err := c.Client.Create(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, c, first, metav1.ConditionTrue, decov1.ReasonS3Uploaded, nil)
+	want := merged(t, map[string]string{"site": `{"v":"first"}`})
+	time.Sleep(1100 * time.Millisecond) // a later creationTimestamp (seconds)
+
+	dup := inlineDecofile(ns, "shop-copy", decov1.TargetS3, map[string]string{"site": `{"v":"copy"}`})
+	dup.Spec.DeploymentID = "shop"
+	if err := c.Client.Create(ctx, dup); err != nil {
+		t.Fatal(err)
+	}
+	if dup.S3ObjectKey(prefix) != first.S3ObjectKey(prefix) {
+		t.Fatal("test premise: the two Decofiles share a key")
+	}
+	waitReady(t, c, dup, metav1.ConditionFalse, decov1.ReasonDeploymentIDConflict, nil)
+	if data, _, err := object(t, sh.s3, first.S3ObjectKey(prefix)); err != nil || !bytes.Equal(data, want) {
+		t.Fatalf("object after the duplicate was created: %q %v, want %q", data, err, want)
+	}
+	if err := c.Client.Delete(ctx, get(t, c, dup)); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, waitFor, func() error {
+		var d decov1.Decofile
+		if err := c.Client.Get(ctx, client.ObjectKeyFromObject(dup), &d); err == nil {
+			return fmt.Errorf("duplicate still there, finalizers %v", d.Finalizers)
+		}
+		return nil
+	})
+	if data, _, err := object(t, sh.s3, first.S3ObjectKey(prefix)); err != nil || !bytes.Equal(data, want) {
+		t.Fatalf("object after the duplicate was deleted: %q %v, want the older Decofile's %q", data, err, want)
 	}
 }
