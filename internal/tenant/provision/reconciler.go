@@ -318,7 +318,8 @@ func (r *Reconciler) finishRotation(ctx context.Context, ns *corev1.Namespace, c
 	}
 	st, _ := StateFrom(ns)
 	if st.Digest != acl.HashPassword(creds.Password) {
-		return ctrl.Result{Requeue: true}, nil
+		// The namespace moved on (another rotation): the next reconcile finishes that one.
+		return ctrl.Result{RequeueAfter: r.RolloutPoll}, nil
 	}
 	st.Retiring = nil
 	if err := r.writeState(ctx, ns, st); err != nil {
