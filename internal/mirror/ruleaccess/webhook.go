@@ -35,8 +35,8 @@ import (
 
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
-// Verbs are the access a user needs on a resource for a rule to mirror it: what the mirror does.
-var Verbs = []string{"list", "watch"}
+// verbs are the access a user needs on a resource for a rule to mirror it: what the mirror does.
+var verbs = []string{"list", "watch"}
 
 // ReviewCreator creates SubjectAccessReviews (a controller-runtime client).
 type ReviewCreator interface {
@@ -111,7 +111,7 @@ func (c *Checker) Handle(ctx context.Context, req admission.Request) admission.R
 		}
 		log.Info("refused: the user may not read what the rule selects", "resources", denied)
 		return admission.Denied(fmt.Sprintf("a %s may only mirror what its author may read: %s may not %s %s %s",
-			kind, req.UserInfo.Username, strings.Join(Verbs, " and "), strings.Join(denied, ", "), where))
+			kind, req.UserInfo.Username, strings.Join(verbs, " and "), strings.Join(denied, ", "), where))
 	}
 	Reviews.WithLabelValues(kind, ResultAllowed).Inc()
 	return admission.Allowed("")
@@ -211,7 +211,7 @@ func (c *Checker) review(ctx context.Context, user authenticationv1.UserInfo, na
 		sem    = make(chan struct{}, limit)
 	)
 	for _, t := range targets {
-		for _, verb := range Verbs {
+		for _, verb := range verbs {
 			wg.Add(1)
 			sem <- struct{}{}
 			go func() {
