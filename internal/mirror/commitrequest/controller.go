@@ -142,7 +142,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		s.CompletionTime = &now
 		if res.Commit == "" {
 			r.cond(&cr, s, mirrorv1alpha1.ConditionCommitted, metav1.ConditionTrue, mirrorv1alpha1.ReasonNothingPending,
-				"the target's window held no change to commit under this author (no empty commit is made; changes attributed to others are committed as their own)")
+				"the target's window held no change made by this author (no empty commit is made; changes of others, or with no recorded author, are committed as their own, never credited to the submitter)")
 		} else {
 			r.cond(&cr, s, mirrorv1alpha1.ConditionCommitted, metav1.ConditionTrue, mirrorv1alpha1.ReasonPushed,
 				"commit "+res.Commit+" pushed")
