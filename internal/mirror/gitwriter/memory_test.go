@@ -111,3 +111,57 @@ func BenchmarkWriterMemoryWhileRemoteRejects(b *testing.B) {
 	b.ReportMetric(float64(peak)/mib, "peak-heap-MiB")
 	b.ReportMetric(float64(w.Status().Pending), "pending-ops")
 }
+
+// TestWriterPushesLatestContentAfterRejections: changes coalesced while the remote refused
+// pushes reach it with the latest content of each file once it accepts again, and the watch
+// cursor recorded is the newest, only after that push.
+func TestWriterPushesLatestContentAfterRejections(t *testing.T) {
+	url, bare := rejectingRemote(t, "thaw")
+	rec := &recorder{}
+	w, _ := startWriter(t, Config{URL: url, Branch: "main", Committer: Signature{"Mirror", "mirror@example.com"}, Window: 10 * time.Millisecond, RetryInterval: 50 * time.Millisecond, Cursors: rec})
+	ctx := context.Background()
+	other := upsert("m/ns/core/configmaps/other.yaml", "o\n", "")
+	other.Cursor = Cursor{TargetUID: "t2", GVR: cmGVR, Namespace: "ns", RV: "7"}
+	for i, op := range []Op{upsert("m/ns/core/configmaps/a.yaml", "a: 1\n", "1"), upsert("m/ns/core/configmaps/b.yaml", "b: 1\n", "2"), other} {
+		if err := w.Enqueue(ctx, op); err != nil {
+			t.Fatal(i, err)
+		}
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if w.Status().LastError == nil {
+			return fmt.Errorf("no push refused yet")
+		}
+		return nil
+	})
+	// While refused: a newer change of a, a mark of the same stream, and a change of a from
+	// another stream (whose older cursor must survive its file change being replaced).
+	mark := Op{Kind: OpMark, Cursor: Cursor{TargetUID: "t", GVR: cmGVR, Namespace: "ns", RV: "4"}}
+	fromOther := upsert("m/ns/core/configmaps/other.yaml", "o2\n", "")
+	fromOther.Cursor = Cursor{TargetUID: "t3", GVR: cmGVR, Namespace: "ns", RV: "9"}
+	for _, op := range []Op{upsert("m/ns/core/configmaps/a.yaml", "a: 3\n", "3"), mark, fromOther} {
+		if err := w.Enqueue(ctx, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if p := w.Status().Pending; p != 5 {
+			return fmt.Errorf("pending %d, want 5 (b, other's cursor, a, mark, other)", p)
+		}
+		return nil
+	})
+	if err := os.Remove(filepath.Join(bare, "hooks", "pre-receive")); err != nil {
+		t.Fatal(err)
+	}
+	waitCommits(t, bare, 1)
+	for path, want := range map[string]string{"a.yaml": "a: 3", "b.yaml": "b: 1", "other.yaml": "o2"} {
+		if got := gitOut(t, "", "--git-dir", bare, "show", "main:m/ns/core/configmaps/"+path); got != want {
+			t.Fatalf("%s = %q, want %q", path, got, want)
+		}
+	}
+	testenv.Eventually(t, 5*time.Second, func() error {
+		if got := [3]string{rec.get("t/configmaps/ns"), rec.get("t2/configmaps/ns"), rec.get("t3/configmaps/ns")}; got != [3]string{"4", "7", "9"} {
+			return fmt.Errorf("cursors %v, want [4 7 9]", got)
+		}
+		return nil
+	})
+}
