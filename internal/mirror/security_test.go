@@ -347,7 +347,9 @@ func TestCommitRequestAuthorCannotBeForged(t *testing.T) {
 	cr := &mirrorv1alpha1.CommitRequest{ObjectMeta: metav1.ObjectMeta{Namespace: tenant.Namespace, Name: "release"},
 		Spec: mirrorv1alpha1.CommitRequestSpec{TargetRef: mirrorv1alpha1.TargetReference{Name: "site"}, Message: "Release"}}
 	must(t, tenant.Client.Create(ctx, cr))
-	t.Cleanup(func() { _ = c.Client.DeleteAllOf(context.Background(), &mirrorv1alpha1.CommitRequest{}, client.InNamespace(tenant.Namespace)) })
+	t.Cleanup(func() {
+		_ = c.Client.DeleteAllOf(context.Background(), &mirrorv1alpha1.CommitRequest{}, client.InNamespace(tenant.Namespace))
+	})
 	testenv.Eventually(t, 10*time.Second, func() error {
 		if a, ok := authors.LookupCommandAuthor(ctx, cr.UID); !ok || a.Author != tenant.Name {
 			return fmt.Errorf("recorded submitter = %+v, %v; want %s", a, ok, tenant.Name)
