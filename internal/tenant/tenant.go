@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -187,6 +188,9 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		poll = 10 * time.Second
 	}
 	events := mgr.GetEventRecorder("siteops-tenant")
+	// One lock and uncached namespace reads keep a resync round from applying state that the
+	// controller has just replaced (a rotation, an opt-out).
+	applyLock := &sync.Mutex{}
 	prover := &resync.Prover{Nodes: nodes, Events: events}
 	r := &provision.Reconciler{
 		Client:        mgr.GetClient(),
@@ -198,12 +202,13 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		ReservedUsers: o.Reserved(),
 		DeleteTimeout: o.DeleteTimeout,
 		RolloutPoll:   poll,
+		ApplyLock:     applyLock,
 	}
 	if err := r.SetupWithManager(mgr, secrets); err != nil {
 		return fmt.Errorf("set up tenant namespace controller: %w", err)
 	}
-	lister := &provision.TenantLister{Namespaces: mgr.GetClient(), ReservedUsers: o.Reserved(), Events: events}
-	syncer := &resync.Syncer{Nodes: nodes, Tenants: lister.List, Prover: prover, Events: events}
+	lister := &provision.TenantLister{Namespaces: mgr.GetAPIReader(), ReservedUsers: o.Reserved(), Events: events}
+	syncer := &resync.Syncer{Nodes: nodes, Tenants: lister.List, Prover: prover, Events: events, Lock: applyLock}
 	if err := mgr.Add(&resync.Periodic{Syncer: syncer, Period: o.ResyncPeriod, JitterFactor: 0.1}); err != nil {
 		return fmt.Errorf("add periodic tenant resync: %w", err)
 	}

@@ -77,7 +77,12 @@ func (n *NodeSet) ProveNode(ctx context.Context, node Node, users []string) Proo
 		return r
 	}
 	for i, c := range res {
-		if c.Err() != nil {
+		if err := c.Err(); err != nil {
+			// A user the node lacks is Sync's business; any other refusal (a server without
+			// ACL DRYRUN, an admin user not allowed it) means the proof did not run.
+			if !strings.Contains(err.Error(), "not found") && r.Err == nil {
+				r.Err = fmt.Errorf("acl dryrun for user %s: %w", index[i].user, err)
+			}
 			continue
 		}
 		// DRYRUN answers OK when the user may run the command, and a bulk string saying why not

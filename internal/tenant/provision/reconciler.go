@@ -60,6 +60,9 @@ type Reconciler struct {
 	DeleteTimeout time.Duration
 	// RolloutPoll is how often a rotation checks whether workloads finished rolling out.
 	RolloutPoll time.Duration
+	// ApplyLock, when set, is the resync's Syncer.Lock: held while one user's state is written
+	// and applied, so a concurrent resync round cannot apply the state it replaces.
+	ApplyLock sync.Locker
 
 	mu           sync.Mutex
 	firstDeletes map[string]time.Time
@@ -181,16 +184,11 @@ func (r *Reconciler) provision(ctx context.Context, name, user string) (ctrl.Res
 	}
 	st.Digest = acl.HashPassword(pass)
 	st.Retiring = slices.DeleteFunc(st.Retiring, func(h string) bool { return h == st.Digest })
-	// The Namespace is written first: it is the authority every later step and resync follows.
-	if err := r.writeState(ctx, ns, st); err != nil {
-		return ctrl.Result{}, err
-	}
 	creds := acl.User{Name: user, Password: pass, RetiredHashes: st.Retiring}
-	if err := r.restoreSecret(ctx, ns, secret, creds, why); err != nil {
+	res, err := r.apply(ctx, ns, st, creds, func() error { return r.restoreSecret(ctx, ns, secret, creds, why) })
+	if err != nil {
 		return ctrl.Result{}, err
 	}
-	r.prove(ctx, ns.Name, creds)
-	res := r.Nodes.Sync(ctx, "", "", []acl.User{creds})
 	if err := errors.Join(res.Err(), res.UserErrors()[user]); err != nil {
 		metrics.Errors.WithLabelValues(metrics.OpUpsert).Inc()
 		r.Events.Eventf(ns, nil, corev1.EventTypeWarning, ReasonProvisionFailed, "Provision",
@@ -240,6 +238,26 @@ func (r *Reconciler) provision(ctx context.Context, name, user string) (ctrl.Res
 		return ctrl.Result{}, nil
 	}
 	return r.finishRotation(ctx, ns, creds, rev)
+}
+
+// apply records st on the namespace (the authority every later step and resync follows), runs
+// between (writing the Secret), proves the user's isolation and applies it on every node,
+// holding ApplyLock throughout.
+func (r *Reconciler) apply(ctx context.Context, ns *corev1.Namespace, st State, u acl.User, between func() error) (acl.Result, error) {
+	if r.ApplyLock != nil {
+		r.ApplyLock.Lock()
+		defer r.ApplyLock.Unlock()
+	}
+	if err := r.writeState(ctx, ns, st); err != nil {
+		return acl.Result{}, err
+	}
+	if between != nil {
+		if err := between(); err != nil {
+			return acl.Result{}, err
+		}
+	}
+	r.prove(ctx, ns.Name, u)
+	return r.Nodes.Sync(ctx, "", "", []acl.User{u}), nil
 }
 
 // adopt decides the first state of a namespace without a digest: a new tenant, or one
@@ -322,11 +340,11 @@ func (r *Reconciler) finishRotation(ctx context.Context, ns *corev1.Namespace, c
 		return ctrl.Result{RequeueAfter: r.RolloutPoll}, nil
 	}
 	st.Retiring = nil
-	if err := r.writeState(ctx, ns, st); err != nil {
+	creds.RetiredHashes = nil
+	res, err := r.apply(ctx, ns, st, creds, nil)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
-	creds.RetiredHashes = nil
-	res := r.Nodes.Sync(ctx, "", "", []acl.User{creds})
 	if err := errors.Join(res.Err(), res.UserErrors()[creds.Name]); err != nil {
 		metrics.Errors.WithLabelValues(metrics.OpUpsert).Inc()
 		return ctrl.Result{}, fmt.Errorf("remove retired passwords of %q: %w", creds.Name, err)
@@ -422,7 +440,13 @@ func (r *Reconciler) deprovision(ctx context.Context, ns *corev1.Namespace) (ctr
 		r.Events.Eventf(ns, nil, corev1.EventTypeWarning, ReasonReservedUsername, "Delete",
 			"username %q is reserved now; it was not deleted from Valkey", user)
 	} else {
+		if r.ApplyLock != nil {
+			r.ApplyLock.Lock()
+		}
 		res := r.Nodes.Delete(ctx, []string{user})
+		if r.ApplyLock != nil {
+			r.ApplyLock.Unlock()
+		}
 		delErr = errors.Join(res.Err(), res.UserErrors()[user])
 	}
 	if err := delErr; err != nil {

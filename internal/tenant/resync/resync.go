@@ -58,11 +58,24 @@ type Syncer struct {
 	Prover *Prover
 	// Events records per-tenant failures on namespaces; nil records none.
 	Events Recorder
+	// Lock, when set, is held from listing the tenants until their users are applied, and by
+	// the namespace controller while it changes one user: a round never re-applies state that
+	// a concurrent rotation or opt-out has just replaced.
+	Lock sync.Locker
+}
+
+func (s *Syncer) lock() func() {
+	if s.Lock == nil {
+		return func() {}
+	}
+	s.Lock.Lock()
+	return s.Lock.Unlock
 }
 
 // ResyncAll checks and re-applies every user on the master and every replica; prefer is the
 // Sentinel asked first for the node list.
 func (s *Syncer) ResyncAll(ctx context.Context, prefer string) error {
+	defer s.lock()()
 	ts, err := s.Tenants(ctx)
 	if err != nil {
 		return fmt.Errorf("list managed tenants: %w", err)
@@ -79,6 +92,7 @@ func (s *Syncer) ResyncAll(ctx context.Context, prefer string) error {
 // ResyncNode checks and re-applies every user on the node at addr, without asking Sentinel
 // whether it is up yet: the caller just heard that it is.
 func (s *Syncer) ResyncNode(ctx context.Context, _ string, addr string) error {
+	defer s.lock()()
 	ts, err := s.Tenants(ctx)
 	if err != nil {
 		return fmt.Errorf("list managed tenants: %w", err)
