@@ -1,6 +1,7 @@
 package tenant
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -81,5 +82,25 @@ func TestAdminPasswordNeverShowsInHelp(t *testing.T) {
 	o.BindFlags(fs)
 	if usage := fs.FlagUsages(); strings.Contains(usage, "s3cret-from-env") {
 		t.Fatalf("--help shows the admin password from the environment:\n%s", usage)
+	}
+}
+
+func TestReservedUsersAlwaysKeepDefaultLockAndAdmin(t *testing.T) {
+	o, err := parse(t, "--valkey-url=redis://x:1", "--valkey-admin-username=operator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := o.Reserved(); !slices.Equal(got, []string{"default", "lock", "operator"}) {
+		t.Fatalf("default reserved users %v", got)
+	}
+	o, err = parse(t, "--valkey-url=redis://x:1", "--valkey-acl-reserved-users=replicator,sentinel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := o.Reserved()
+	for _, u := range []string{"replicator", "sentinel", "default", "lock"} {
+		if !slices.Contains(got, u) {
+			t.Errorf("%s not reserved with the flag set: %v", u, got)
+		}
 	}
 }
