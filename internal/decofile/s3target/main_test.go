@@ -205,6 +205,9 @@ func startManager(t *testing.T, c *testenv.Cluster, ns string, cfg s3target.Conf
 		t.Fatal(err)
 	}
 	o := decofile.Options{DisableInjection: true, S3: cfg}
+	// The git remotes of these tests are plain http on loopback: allowed explicitly.
+	o.Delivery.SourceAllowedSchemes = []string{"https", "ssh", "http"}
+	o.Delivery.SourceAllowedHosts = []string{"127.0.0.0/8"}
 	o.Rollout.RetryBase = 200 * time.Millisecond
 	o.Rollout.Notify.Backoff = 50 * time.Millisecond
 	if err := decofile.Setup(mgr, o); err != nil {
