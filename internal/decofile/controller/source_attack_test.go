@@ -144,11 +144,11 @@ func TestSSRFReadBackAsTenant(t *testing.T) {
 		t.Fatal(err)
 	}
 	df := e.waitReady(t, tenant.Namespace, "site", metav1.ConditionFalse, source.ReasonNotFound, nil)
+	e.hasEvent(t, tenant.Namespace, "site", corev1.EventTypeWarning, source.ReasonNotFound, "")
+	e.assertNowhere(t, tenant.Namespace, mark)
 	if msg := ready(df).Message; !strings.Contains(msg, "HTTP 404") || !strings.Contains(msg, "spec.git.url") {
 		t.Errorf("the message does not say the HTTP status and what to check: %s", msg)
 	}
-	e.hasEvent(t, tenant.Namespace, "site", corev1.EventTypeWarning, source.ReasonNotFound, "HTTP 404")
-	e.assertNowhere(t, tenant.Namespace, mark)
 }
 
 // TestLoopbackRemoteRefusedAsTenant: a git URL on a loopback address the platform did not allow
