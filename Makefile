@@ -10,7 +10,7 @@ BIN := bin
 TEST_PARALLEL ?= 2
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build install test test-tools test-deps unit lint vet generate manifests check-manifests bench demo clean
+.PHONY: all build image install test test-tools test-deps unit lint vet generate manifests check-manifests bench demo clean
 
 all: build
 
@@ -18,6 +18,17 @@ all: build
 build: generate
 	go build -o $(BIN)/siteops-manager ./cmd/siteops-manager
 	go build -o $(BIN)/siteops ./cmd/siteops
+
+# The images are tagged with the chart's appVersion: the chart's default image tag.
+VERSION ?= $(shell sed -n 's/^appVersion: *"*\([^"]*\)"*/\1/p' charts/siteops/Chart.yaml)
+STATIC_BUILD := CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -buildvcs=false \
+	-ldflags '-s -w -buildid= -X github.com/siteops/siteops/internal/version.Version=$(VERSION)'
+
+## image: reproducible OCI images of the manager and the site runtime into bin/images (docker-archive tarballs for ctr images import / docker load)
+image:
+	$(STATIC_BUILD) -o $(BIN)/linux-amd64/siteops-manager ./cmd/siteops-manager
+	$(STATIC_BUILD) -o $(BIN)/linux-amd64/siteops ./cmd/siteops
+	go run ./hack/image --version $(VERSION) --bin-dir $(BIN)/linux-amd64 --out $(BIN)/images
 
 ## install: the CLI as siteops and kubectl-siteops (a kubectl plugin) into GOBIN
 install: build
@@ -50,7 +61,7 @@ check-manifests: generate manifests
 
 ## test-deps: Debian packages the tests use (installed when missing and running as root)
 test-deps:
-	@hack/install-debian-packages.sh redis-server redis-sentinel git brotli
+	@hack/install-debian-packages.sh redis-server redis-sentinel git brotli ca-certificates graphviz
 
 ## test-tools: kube-apiserver, etcd and versitygw built once into $(CACHE_DIR)/bin
 test-tools:
