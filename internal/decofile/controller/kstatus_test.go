@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/internal/decofile/source"
 )
 
 // kstatusOf is what kstatus (and Flux's health checks, kubectl-wait-style tools built on it)
@@ -31,7 +32,8 @@ func kstatusOf(t *testing.T, df *decov1.Decofile) *status.Result {
 	return res
 }
 
-// TestKstatus: a Decofile that cannot be stored (TooLarge) reads as Failed, with Stalled=True;
+// TestKstatus: a Decofile that cannot be stored (TooLarge, a refused source) reads as Failed,
+// with Stalled=True;
 // a healthy one reads as Current, with neither Reconciling nor Stalled; a TooLarge one fixed
 // drops Stalled again.
 func TestKstatus(t *testing.T) {
@@ -68,6 +70,14 @@ func TestKstatus(t *testing.T) {
 	}
 	if meta.IsStatusConditionTrue(tooLarge.Status.Conditions, decov1.ConditionReconciling) {
 		t.Fatal("Reconciling and Stalled both True")
+	}
+
+	// A source the platform does not allow (link-local metadata address) is as final.
+	e.create(t, &decov1.Decofile{ObjectMeta: metav1.ObjectMeta{Name: "refused", Namespace: ns},
+		Spec: decov1.DecofileSpec{Source: decov1.SourceGit, Git: &decov1.GitSource{URL: "https://169.254.169.254/site.git"}}})
+	refused := e.waitReady(t, ns, "refused", metav1.ConditionFalse, source.ReasonNotAllowed, nil)
+	if res := kstatusOf(t, refused); res.Status != status.FailedStatus {
+		t.Fatalf("refused source: kstatus %s (%s), want Failed", res.Status, res.Message)
 	}
 
 	e.update(t, ns, "big", func(d *decov1.Decofile) { d.Spec.Inline = inline(map[string]string{"blob": `"small"`}) })

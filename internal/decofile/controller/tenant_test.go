@@ -159,7 +159,10 @@ func TestTenantValidation(t *testing.T) {
 		"commit escaping the API path": func(d *decov1.Decofile) { gh(d, "../../orgs/x", "") },
 		"commit with a query":          func(d *decov1.Decofile) { gh(d, "main?x=1", "") },
 		"github secret ../x":           func(d *decov1.Decofile) { gh(d, "main", "../x") },
-		"git ref with ..":              func(d *decov1.Decofile) { d.Spec.Source, d.Spec.Inline = decov1.SourceGit, nil; d.Spec.Git = &decov1.GitSource{URL: "https://git.example.com/a/b.git", Ref: "a/../b"} },
+		"git ref with ..": func(d *decov1.Decofile) {
+			d.Spec.Source, d.Spec.Inline = decov1.SourceGit, nil
+			d.Spec.Git = &decov1.GitSource{URL: "https://git.example.com/a/b.git", Ref: "a/../b"}
+		},
 		"git secretRef ../x": func(d *decov1.Decofile) {
 			d.Spec.Source, d.Spec.Inline = decov1.SourceGit, nil
 			d.Spec.Git = &decov1.GitSource{URL: "https://git.example.com/a/b.git", SecretRef: &corev1.LocalObjectReference{Name: "../x"}}
