@@ -763,10 +763,10 @@ func TestNotesWarnAboutMissingSettings(t *testing.T) {
 		}
 		return rel.Info.Notes
 	}
-	if n := notes(""); !strings.Contains(n, "flags.valkey-sentinel-addrs") || !strings.Contains(n, "flags.redis-addr") || !strings.Contains(n, "cert-manager") {
+	if n := notes(""); !strings.Contains(n, "flags.valkey-sentinel-addrs") || !strings.Contains(n, "flags.redis-addr") || !strings.Contains(n, "cert-manager") || !strings.Contains(n, "networkPolicy.apiServer admits 0.0.0.0/0") {
 		t.Errorf("default notes do not name the missing settings:\n%s", n)
 	}
-	n := notes("flags: {valkey-url: 'redis://valkey:6379', redis-addr: 'valkey:6379', webhook-self-signed: true}\nsecrets: {valkeyAdminPassword: {name: v}}")
+	n := notes("flags: {valkey-url: 'redis://valkey:6379', redis-addr: 'valkey:6379', webhook-self-signed: true}\nsecrets: {valkeyAdminPassword: {name: v}}\nnetworkPolicy: {apiServer: [{ipBlock: {cidr: 192.0.2.0/24}}]}")
 	if strings.Contains(n, "WARNING") || strings.Contains(n, "Note:") || !strings.Contains(n, "siteops-system/siteops-webhook-ca") {
 		t.Errorf("complete values still warn, or self-signed mode is not explained:\n%s", n)
 	}
