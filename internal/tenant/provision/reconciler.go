@@ -123,6 +123,9 @@ func (r *Reconciler) owner(ctx context.Context, user string) (string, error) {
 	return Owner(candidates), nil
 }
 
+// MaxRetiring bounds how many earlier passwords stay valid at once while workloads roll out.
+const MaxRetiring = 8
+
 // change says why the current password changed in one reconcile.
 type change int
 
@@ -184,6 +187,11 @@ func (r *Reconciler) provision(ctx context.Context, name, user string) (ctrl.Res
 	}
 	st.Digest = acl.HashPassword(pass)
 	st.Retiring = slices.DeleteFunc(st.Retiring, func(h string) bool { return h == st.Digest })
+	if n := len(st.Retiring); n > MaxRetiring {
+		// A tenant that edits its Secret again and again while its workloads never roll out
+		// must not grow the rule every node applies on each resync: keep the newest.
+		st.Retiring = st.Retiring[n-MaxRetiring:]
+	}
 	creds := acl.User{Name: user, Password: pass, RetiredHashes: st.Retiring}
 	res, err := r.apply(ctx, ns, st, creds, func() error { return r.restoreSecret(ctx, ns, secret, creds, why) })
 	if err != nil {

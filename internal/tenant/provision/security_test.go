@@ -411,3 +411,50 @@ func TestSecurityStatefulSetRolledOnRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSecurityRepeatedSecretEditsStayBounded: a tenant whose workload never rolls out edits its
+// Secret's password again and again. Each edit issues a new password while the previous ones stay
+// valid, but their number is bounded, so the tenant cannot grow the rule every node applies.
+func TestSecurityRepeatedSecretEditsStayBounded(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	tn := e.c.Tenant(t, "sites-churn", map[string]string{decov1.AnnotationValkeyACL: "true"})
+	user, pass := e.waitSecret(t, tn.Namespace, "")
+	injectedDeployment(t, e.c, tn.Namespace) // never reports a finished rollout
+	for i := range provision.MaxRetiring + 4 {
+		forged := fmt.Sprintf("forged-%d", i)
+		editOwnSecret(t, tn, func(s *corev1.Secret) { s.Data[decov1.ValkeyACLPasswordKey] = []byte(forged) })
+		testenv.Eventually(t, 20*time.Second, func() error {
+			s, err := e.secret(tn.Namespace)
+			if err != nil {
+				return err
+			}
+			if p := string(s.Data[decov1.ValkeyACLPasswordKey]); p == forged || p == pass {
+				return fmt.Errorf("edit %d not restored yet", i)
+			}
+			pass = string(s.Data[decov1.ValkeyACLPasswordKey])
+			return nil
+		})
+	}
+	testenv.Eventually(t, 10*time.Second, func() error { return e.authEverywhere(ctx, user, pass) })
+	var ns corev1.Namespace
+	if err := e.c.Client.Get(ctx, client.ObjectKey{Name: tn.Namespace}, &ns); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(strings.Split(ns.Annotations[provision.AnnotationRetiring], ",")); n > provision.MaxRetiring {
+		t.Fatalf("%d retiring passwords after repeated edits, want at most %d", n, provision.MaxRetiring)
+	}
+	c := e.admin(e.set.Master.Addr)
+	defer c.Close()
+	rule, err := c.Do(ctx, "acl", "getuser", user).Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(rule); i += 2 {
+		if rule[i] == "passwords" {
+			if n := len(rule[i+1].([]any)); n > provision.MaxRetiring+1 {
+				t.Fatalf("the node accepts %d passwords for %s", n, user)
+			}
+		}
+	}
+}
