@@ -72,8 +72,8 @@ func start(t *testing.T) *env {
 		}
 		limits := source.Limits{ArchiveBytes: maxArchiveBytes, DecompressedBytes: maxContentBytes}
 		err = controller.Setup(mgr, controller.Options{
-			GitHub: &source.GitHub{APIURL: gh.APIURL, ArchiveURL: gh.ArchiveURL, Limits: limits, Egress: testEgress},
-			Git:    &source.Git{Limits: limits, Egress: testEgress},
+			GitHub: &source.GitHub{APIURL: gh.APIURL, ArchiveURL: gh.ArchiveURL, Limits: limits, Egress: testEgress, Timeout: sourceTimeout},
+			Git:    &source.Git{Limits: limits, Egress: testEgress, Timeout: sourceTimeout},
 			Tokens: source.TokenPolicy{Fallback: fallbackToken, AllowedOrgs: []string{allowedOrg}},
 			Encode: encode.Options{Threshold: testThreshold, Limit: testLimit},
 		})

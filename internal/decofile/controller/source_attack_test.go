@@ -10,8 +10,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,6 +40,9 @@ const (
 	allowedGitHost = "127.0.3.7"
 	refusedGitHost = "127.0.3.8"
 )
+
+// sourceTimeout is the package manager's --source-timeout: short, so a tarpit test is quick.
+const sourceTimeout = 10 * time.Second
 
 // testEgress is the source URL policy of the package's manager: plain HTTP to the stand-in
 // servers on 127.0.0.1 and to allowedGitHost, nothing else private.
@@ -222,4 +228,149 @@ func TestCrossTenantPrivateRepoNeedsGrant(t *testing.T) {
 	if got := e.configMap(t, owner.Namespace, "site").Data[decov1.KeyJSON]; got != `{"secret":{"private":true}}` {
 		t.Fatalf("granted namespace got %s", got)
 	}
+}
+
+// gitRemoteOn starts a git remote on host with repository "site" whose main holds files, pushed
+// into the bare folder (the CGI stand-in cannot take the chunked bodies of big pushes).
+func gitRemoteOn(t *testing.T, host string, files map[string]string) (remote *servers.GitRemote, url, sha string) {
+	t.Helper()
+	remote = testenv.GitRemote(t, servers.GitRemoteOptions{Host: host})
+	url, err := remote.CreateRepo("site", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	testenv.Git(t, work, "init", "-q", "-b", "main")
+	sha = testenv.CommitFiles(t, work, "content", files)
+	testenv.Git(t, work, "push", "-q", remote.RepoDir("site"), "main")
+	return remote, url, sha
+}
+
+// listenOn listens on a free port of host; closed when the test ends.
+func listenOn(t *testing.T, host string) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// TestTarpitRemoteAsTenant: a remote that accepts connections and never answers costs one
+// delivery the source timeout, then a retried SourceUnavailable naming the setting.
+func TestTarpitRemoteAsTenant(t *testing.T) {
+	e := start(t)
+	tenant := e.c.Tenant(t, "tarpit", nil)
+	l := listenOn(t, allowedGitHost)
+	held := make(chan net.Conn, 64)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			held <- c // never answered
+		}
+	}()
+	t.Cleanup(func() {
+		for len(held) > 0 {
+			_ = (<-held).Close()
+		}
+	})
+	if err := tenant.Client.Create(context.Background(), gitDecofile(tenant.Namespace, "site", "http://"+l.Addr().String()+"/site.git")); err != nil {
+		t.Fatal(err)
+	}
+	df := e.waitReady(t, tenant.Namespace, "site", metav1.ConditionFalse, source.ReasonUnavailable, nil)
+	if !strings.Contains(ready(df).Message, "--source-timeout") {
+		t.Fatalf("message %q does not name --source-timeout", ready(df).Message)
+	}
+}
+
+// TestPackBombAsTenant: a repository with a big blob beside the block files is cut off at the
+// archive byte limit while it arrives.
+func TestPackBombAsTenant(t *testing.T) {
+	e := start(t)
+	tenant := e.c.Tenant(t, "packbomb", nil)
+	_, url, _ := gitRemoteOn(t, allowedGitHost, map[string]string{"blocks/a.json": `{}`, "assets/video.bin": randomBytes(maxArchiveBytes + 1<<20)})
+	if err := tenant.Client.Create(context.Background(), gitDecofile(tenant.Namespace, "site", url)); err != nil {
+		t.Fatal(err)
+	}
+	df := e.waitReady(t, tenant.Namespace, "site", metav1.ConditionFalse, source.ReasonLimitExceeded, nil)
+	for _, m := range []string{fmt.Sprintf("more than %d bytes", maxArchiveBytes), "--decofile-max-archive-bytes"} {
+		if !strings.Contains(ready(df).Message, m) {
+			t.Errorf("message %q does not mention %q", ready(df).Message, m)
+		}
+	}
+}
+
+// TestRedirectToInternalAsTenant: an allowed git host cannot redirect the operator to an
+// address that is not allowed.
+func TestRedirectToInternalAsTenant(t *testing.T) {
+	e := start(t)
+	tenant := e.c.Tenant(t, "redirect", nil)
+	_, internalURL, _ := gitRemoteOn(t, refusedGitHost, map[string]string{"blocks/a.json": `{"internal":true}`})
+	l := listenOn(t, allowedGitHost)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, strings.TrimSuffix(internalURL, "/site.git")+r.URL.RequestURI(), http.StatusFound)
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	if err := tenant.Client.Create(context.Background(), gitDecofile(tenant.Namespace, "site", "http://"+l.Addr().String()+"/site.git")); err != nil {
+		t.Fatal(err)
+	}
+	df := e.waitReady(t, tenant.Namespace, "site", metav1.ConditionFalse, source.ReasonNotAllowed, nil)
+	if msg := ready(df).Message; !strings.Contains(msg, refusedGitHost) || !strings.Contains(msg, "--source-allowed-hosts") {
+		t.Fatalf("message %q does not name the refused address and the setting", msg)
+	}
+}
+
+// TestUnadvertisedSHAAsTenant: pinning a commit the remote does not have fails with NotFound
+// without downloading the remote's other branches.
+func TestUnadvertisedSHAAsTenant(t *testing.T) {
+	e := start(t)
+	tenant := e.c.Tenant(t, "sha", nil)
+	remote, _, _ := gitRemoteOn(t, "127.0.0.1", map[string]string{"blocks/a.json": `{}`})
+	work := t.TempDir()
+	testenv.Git(t, work, "clone", "-q", remote.RepoDir("site"), ".")
+	testenv.Git(t, work, "checkout", "-q", "-b", "heavy")
+	testenv.CommitFiles(t, work, "heavy", map[string]string{"assets/big.bin": randomBytes(1 << 20)})
+	testenv.Git(t, work, "push", "-q", remote.RepoDir("site"), "heavy")
+
+	var served atomic.Int64
+	target, _ := url.Parse(remote.BaseURL)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.ModifyResponse = func(resp *http.Response) error {
+		resp.Body = &countingBody{ReadCloser: resp.Body, n: &served}
+		return nil
+	}
+	l := listenOn(t, allowedGitHost)
+	srv := &http.Server{Handler: rp, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+
+	missing := strings.Repeat("d", 40)
+	df := gitDecofile(tenant.Namespace, "site", "http://"+l.Addr().String()+"/site.git")
+	df.Spec.Git.Ref = missing
+	if err := tenant.Client.Create(context.Background(), df); err != nil {
+		t.Fatal(err)
+	}
+	got := e.waitReady(t, tenant.Namespace, "site", metav1.ConditionFalse, source.ReasonNotFound, nil)
+	if !strings.Contains(ready(got).Message, missing) {
+		t.Errorf("message %q does not name the commit", ready(got).Message)
+	}
+	if n := served.Load(); n > 256<<10 {
+		t.Fatalf("the remote served %d bytes for a commit it does not have: every branch was fetched", n)
+	}
+}
+
+type countingBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (c *countingBody) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	c.n.Add(int64(n))
+	return n, err
 }
