@@ -133,7 +133,7 @@ func (f *repoFlags) load() (*waves.State, error) {
 
 func newWavesCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "waves", Short: "Plan, emit, lint and check dependency-ordered Flux waves"}
-	cmd.AddCommand(newWavesPrintCommand(), newWavesPlanCommand(), newWavesEmitCommand(), newWavesLintCommand(), newWavesCutoverCommand())
+	cmd.AddCommand(newWavesPrintCommand(), newWavesPlanCommand(), newWavesEmitCommand(), newWavesLintCommand(), newWavesCutoverCommand(), newWavesGraphCommand())
 	return cmd
 }
 
