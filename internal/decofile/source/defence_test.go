@@ -127,6 +127,16 @@ func TestSSHDestinationsChecked(t *testing.T) {
 	wantReason(t, err, ReasonNotAllowed, "loopback", "--source-allowed-hosts")
 	_, err = newGit(sshOK, 10*time.Second, Limits{}).Resolve(ctx, "ssh://git@"+l.Addr().String()+"/org/repo.git", "main", nil)
 	wantReason(t, err, ReasonCredentials, "identity")
+
+	// Allowed, the connection is made through the same dialer and held to the timeout: the
+	// listener accepts and never answers the SSH handshake.
+	allowed := egress.MustNew(egress.Config{Hosts: []string{l.Addr().String()}, Settings: EgressSettings})
+	start := time.Now()
+	_, err = newGit(allowed, time.Second, Limits{}).Resolve(ctx, "ssh://git@"+l.Addr().String()+"/org/repo.git", "main", auth)
+	wantReason(t, err, ReasonUnavailable, "--source-timeout")
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("an SSH remote that never answers held the operation %s with a 1s timeout", took)
+	}
 }
 
 // TestTarpitRemoteBoundedByTimeout: a remote that accepts connections and never answers holds
