@@ -422,7 +422,9 @@ func (n *Notifier) send(ctx context.Context, r Rollout, src bodySource, pod Pod)
 		if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return 0, fmt.Errorf("no answer within %s", n.cfg.PodTimeout)
 		}
-		return 0, fmt.Errorf("request failed: %w", unwrapURLError(err))
+		// Transport errors may quote what the pod sent (a malformed status line): keep them short
+		// and printable too.
+		return 0, fmt.Errorf("request failed%s", printable([]byte(unwrapURLError(err).Error()), maxErrorBytes))
 	}
 	defer resp.Body.Close()
 	// Only a short, sanitized excerpt of what the pod answered goes into results (and from there
@@ -450,8 +452,13 @@ const MaxExcerptBytes = 128
 // Excerpt turns the start of a pod's answer into ": <text>" fit for a condition message: at most
 // MaxExcerptBytes, printable ASCII only (control characters and other bytes become spaces, runs
 // of spaces one), or "" when nothing printable is left.
-func Excerpt(b []byte) string {
-	b = b[:min(len(b), MaxExcerptBytes)]
+func Excerpt(b []byte) string { return printable(b, MaxExcerptBytes) }
+
+// maxErrorBytes bounds a transport error's text in a result.
+const maxErrorBytes = 200
+
+func printable(b []byte, limit int) string {
+	b = b[:min(len(b), limit)]
 	out := make([]byte, 0, len(b))
 	for _, c := range b {
 		if c < 0x20 || c > 0x7e {

@@ -321,3 +321,35 @@ func TestExcerpt(t *testing.T) {
 		}
 	}
 }
+
+// TestMalformedAnswerIsNotEchoed: a pod that answers garbage gets a short, printable reason.
+func TestMalformedAnswerIsNotEchoed(t *testing.T) {
+	const marker = "MARKER-51c0"
+	l := testenv.LoopbackListener(t)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = c.Write([]byte("\x1b[2J\x07BOGUS " + strings.Repeat("z", 300) + marker + "\r\n\r\n"))
+				time.Sleep(100 * time.Millisecond)
+			}()
+		}
+	}()
+	addr := l.Addr().(*net.TCPAddr)
+	pod := notify.Pod{Name: "garbage", IP: addr.IP.String(), Port: int32(addr.Port)}
+	res := notify.New(notify.Config{Attempts: 1}).Run(context.Background(), notify.Rollout{Token: token, Body: []byte("{}"), Pods: []notify.Pod{pod}})
+	reason := res.Pods[0].Reason
+	t.Logf("reason: %q", reason)
+	if res.Pods[0].Outcome != notify.Failed || strings.Contains(reason, marker) || len(reason) > 250 {
+		t.Fatalf("reason %q", reason)
+	}
+	for _, r := range reason {
+		if r < 0x20 || r > 0x7e {
+			t.Fatalf("reason %q has the non-printable %U", reason, r)
+		}
+	}
+}
