@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/siteops/siteops/internal/waves"
+	"github.com/siteops/siteops/internal/waves/blast"
 	"github.com/siteops/siteops/internal/waves/catalog"
 	"github.com/siteops/siteops/internal/waves/cutover"
 	"github.com/siteops/siteops/internal/waves/emit"
@@ -133,7 +134,7 @@ func (f *repoFlags) load() (*waves.State, error) {
 
 func newWavesCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "waves", Short: "Plan, emit, lint and check dependency-ordered Flux waves"}
-	cmd.AddCommand(newWavesPrintCommand(), newWavesPlanCommand(), newWavesEmitCommand(), newWavesLintCommand(), newWavesCutoverCommand(), newWavesGraphCommand())
+	cmd.AddCommand(newWavesPrintCommand(), newWavesPlanCommand(), newWavesEmitCommand(), newWavesLintCommand(), newWavesCutoverCommand(), newWavesGraphCommand(), newWavesBlastCommand())
 	return cmd
 }
 
@@ -143,6 +144,13 @@ type nodeRow struct {
 	Kind   string   `json:"kind"`
 	Reason string   `json:"reason"`
 	Path   []string `json:"path"`
+	// Blast counts what a failure of the node blocks: under the wave chain and exactly.
+	Blast diagramBlast `json:"blast"`
+}
+
+type diagramBlast struct {
+	Chain int `json:"chain"`
+	Exact int `json:"exact"`
 }
 
 func newWavesPrintCommand() *cobra.Command {
@@ -150,7 +158,7 @@ func newWavesPrintCommand() *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
 		Use:   "print --catalog DIR",
-		Short: "Print each node's wave and the dependency path that decided it",
+		Short: "Print each node's wave, its blast radius (chain/exact) and the dependency path that decided it",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, err := f.load()
@@ -158,18 +166,20 @@ func newWavesPrintCommand() *cobra.Command {
 				return err
 			}
 			var rows []nodeRow
+			radii := blast.All(s.Waves, blast.OptionsFor(s.Catalog, s.Waves, s.Plan))
 			for _, n := range s.Waves.Nodes() {
 				wv, _ := s.Waves.Wave(n)
-				rows = append(rows, nodeRow{Node: n, Wave: wv, Kind: string(s.Waves.Kind(n)), Reason: s.Waves.Reason(n), Path: s.Waves.Path(n)})
+				b := diagramBlast{Chain: len(radii[n].Chain), Exact: len(radii[n].Exact)}
+				rows = append(rows, nodeRow{Node: n, Wave: wv, Kind: string(s.Waves.Kind(n)), Reason: s.Waves.Reason(n), Path: s.Waves.Path(n), Blast: b})
 			}
 			switch output {
 			case "json":
 				return writeJSON(cmd.OutOrStdout(), rows)
 			case "table":
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "WAVE\tNODE\tKIND\tREASON\tPATH")
+				fmt.Fprintln(tw, "WAVE\tNODE\tKIND\tBLAST\tREASON\tPATH")
 				for _, r := range rows {
-					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", r.Wave, r.Node, r.Kind, r.Reason, strings.Join(r.Path, " → "))
+					fmt.Fprintf(tw, "%d\t%s\t%s\t%d/%d\t%s\t%s\n", r.Wave, r.Node, r.Kind, r.Blast.Chain, r.Blast.Exact, r.Reason, strings.Join(r.Path, " → "))
 				}
 				return tw.Flush()
 			}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/siteops/siteops/internal/waves/blast"
 	"github.com/siteops/siteops/internal/waves/catalog"
 	"github.com/siteops/siteops/internal/waves/graph"
 	"github.com/siteops/siteops/internal/waves/plan"
@@ -40,7 +41,7 @@ type Node struct {
 	// NonGating marks an extra unit with its own Kustomization that nothing waits for.
 	NonGating bool `json:"nonGating,omitempty"`
 	// Blast counts the placed nodes a failure of this node blocks: under the wave chain and
-	// under its exact dependents (filled by the caller; see package blast).
+	// under its exact dependents (see package blast).
 	Blast *Blast `json:"blast,omitempty"`
 }
 
@@ -71,10 +72,12 @@ func New(c *catalog.Catalog, w *graph.Waves, p *plan.Plan) *Graph {
 	for _, u := range c.Units {
 		units[u.Name] = u
 	}
+	radii := blast.All(w, blast.OptionsFor(c, w, p))
 	g := &Graph{}
 	for _, name := range w.Nodes() {
 		wave, _ := w.Wave(name)
-		n := Node{Name: name, Wave: wave, Kind: w.Kind(name)}
+		r := radii[name]
+		n := Node{Name: name, Wave: wave, Kind: w.Kind(name), Blast: &Blast{Chain: len(r.Chain), Exact: len(r.Exact)}}
 		for _, f := range plan.FilesOf(c, w, name) {
 			if grp, ok := p.GroupOf(f); ok {
 				n.Placed, n.Kustomization = true, grp.Name
