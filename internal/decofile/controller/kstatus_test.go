@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"testing"
@@ -39,8 +40,22 @@ func kstatusOf(t *testing.T, df *decov1.Decofile) *status.Result {
 func TestKstatus(t *testing.T) {
 	e := start(t)
 	ns := e.c.Namespace(t, "kstatus", nil)
-	e.create(t, &decov1.Decofile{ObjectMeta: metav1.ObjectMeta{Name: "ok", Namespace: ns},
-		Spec: decov1.DecofileSpec{Source: decov1.SourceInline, Inline: inline(map[string]string{"a": `1`})}})
+	// Created as a generic client does, and read in the API server's answer before any
+	// reconcile: not Current yet.
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&decov1.Decofile{
+		ObjectMeta: metav1.ObjectMeta{Name: "ok", Namespace: ns},
+		Spec:       decov1.DecofileSpec{Source: decov1.SourceInline, Inline: inline(map[string]string{"a": `1`})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := &unstructured.Unstructured{Object: obj}
+	created.SetGroupVersionKind(decov1.GroupVersion.WithKind("Decofile"))
+	if err := e.c.Client.Create(context.Background(), created); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := status.Compute(created); err != nil || res.Status != status.InProgressStatus {
+		t.Fatalf("new Decofile: kstatus %v %v, want InProgress; status %v", res, err, created.Object["status"])
+	}
 	ok := e.waitReady(t, ns, "ok", metav1.ConditionTrue, "", nil)
 	if res := kstatusOf(t, ok); res.Status != status.CurrentStatus {
 		t.Fatalf("healthy Decofile: kstatus %s (%s), want Current", res.Status, res.Message)
