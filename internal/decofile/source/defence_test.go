@@ -137,6 +137,44 @@ func TestSSHDestinationsChecked(t *testing.T) {
 	if took := time.Since(start); took > 10*time.Second {
 		t.Fatalf("an SSH remote that never answers held the operation %s with a 1s timeout", took)
 	}
+
+	// A real SSH server whose host key is not in known_hosts: refused by the client, said so.
+	srv := sshServer(t)
+	allowed = egress.MustNew(egress.Config{Hosts: []string{srv}, Settings: EgressSettings})
+	_, err = newGit(allowed, 10*time.Second, Limits{}).Resolve(ctx, "ssh://git@"+srv+"/org/repo.git", "main", auth)
+	wantReason(t, err, ReasonUnauthorized, "SSH handshake failed", "known_hosts")
+}
+
+// sshServer is an SSH server on loopback with a fresh host key, accepting any client; it
+// serves no git. It returns its address.
+func sshServer(t *testing.T) string {
+	t.Helper()
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := ssh.NewSignerFromKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &ssh.ServerConfig{NoClientAuth: true}
+	cfg.AddHostKey(signer)
+	l := testenv.LoopbackListener(t)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer func() { _ = c.Close() }()
+				if sc, _, _, err := ssh.NewServerConn(c, cfg); err == nil {
+					_ = sc.Close()
+				}
+			}()
+		}
+	}()
+	return l.Addr().String()
 }
 
 // TestTarpitRemoteBoundedByTimeout: a remote that accepts connections and never answers holds

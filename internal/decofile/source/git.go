@@ -291,6 +291,9 @@ func (g *Git) fail(ctx context.Context, o *op, rawURL string, err error) error {
 		return errorf(ReasonUnauthorized, false, "%s: access denied%s; check the credentials in spec.git.secretRef", target, httpStatus(code))
 	case code != 0:
 		return errorf(ReasonUnavailable, true, "%s: answered HTTP %d; check spec.git.url (retrying)", target, code)
+	case strings.Contains(err.Error(), "ssh: handshake failed"):
+		// The text is the SSH client's own; only the fact is reported.
+		return errorf(ReasonUnauthorized, false, "%s: SSH handshake failed: the host key is not in known_hosts or the identity was refused; check known_hosts and identity in spec.git.secretRef", target)
 	}
 	return errorf(ReasonUnavailable, true, "%s: %s; check spec.git.url (retrying)", target, netDetail(err))
 }
