@@ -345,7 +345,7 @@ func (r *Reconciler) load(ctx context.Context, l Loader, df *decov1alpha1.Decofi
 		return Content{}, ctx.Err()
 	}
 	defer func() { <-r.loads }()
-	return l.Load(ctx, df, ContentLimit(df, r.opts.MaxContentBytes))
+	return l.Load(ctx, df, r.opts.MaxContentBytes)
 }
 
 // loadFailureReason is the PodsNotified reason for content the loader refused.

@@ -1,7 +1,6 @@
 package rollout
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -68,9 +67,11 @@ type ConfigMapLoader struct {
 }
 
 // Load implements Loader. The ConfigMap is tenant-writable, so what it holds is checked against
-// what the operator recorded in status before anything is sent: the decoded size against limit
+// what the operator recorded in status before anything is sent: the stored value against
+// status.storedHash before decoding, the decoded size against status.rawBytes (within limit)
 // while decoding, then the hash of the result against status.contentHash.
 func (l ConfigMapLoader) Load(ctx context.Context, df *decov1alpha1.Decofile, limit int64) (Content, error) {
+	limit = ContentLimit(df, limit)
 	name := df.Status.ConfigMapName
 	if name == "" {
 		name = df.ConfigMapName()
@@ -160,18 +161,43 @@ func DecodeBin(value string, limit, sizeHint int64) ([]byte, string, error) {
 	}
 	br := brotli.NewReader(base64.NewDecoder(base64.StdEncoding, strings.NewReader(value)))
 	h := sha256.New()
-	var buf bytes.Buffer
-	if sizeHint > 0 && sizeHint <= limit {
-		buf.Grow(int(sizeHint) + bytes.MinRead) // ReadFrom wants MinRead spare bytes before it reads
-	}
-	n, err := buf.ReadFrom(io.LimitReader(io.TeeReader(br, h), limit+1))
+	data, err := readBounded(io.TeeReader(br, h), limit, sizeHint)
 	switch {
 	case err != nil:
 		return nil, "", fmt.Errorf("decode %s: %w (%w)", decov1alpha1.KeyBin, err, ErrInvalidStoredContent)
-	case n > limit:
+	case int64(len(data)) > limit:
 		return nil, "", fmt.Errorf("%s decodes to more than %d bytes: %w", decov1alpha1.KeyBin, limit, ErrContentTooLarge)
 	}
-	return buf.Bytes(), hexSum(h), nil
+	return data, hexSum(h), nil
+}
+
+// readBounded reads r to its end but never more than limit+1 bytes (one more than limit tells the
+// caller it overflowed), into one buffer of sizeHint+1 bytes when the size is known, else into a
+// buffer that doubles from 64 KiB but never past limit+1.
+func readBounded(r io.Reader, limit, sizeHint int64) ([]byte, error) {
+	size := min(int64(64<<10), limit+1)
+	if sizeHint > 0 && sizeHint <= limit {
+		size = sizeHint + 1
+	}
+	buf := make([]byte, 0, size)
+	for {
+		if len(buf) == cap(buf) {
+			if int64(len(buf)) > limit {
+				return buf, nil
+			}
+			next := make([]byte, len(buf), min(2*int64(cap(buf)), limit+1))
+			copy(next, buf)
+			buf = next
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if errors.Is(err, io.EOF) {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 func hexSum(h hash.Hash) string { return hex.EncodeToString(h.Sum(nil)) }
