@@ -19,9 +19,11 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files")
 
-func homelab(t *testing.T) *diagram.Graph {
+func homelab(t *testing.T) *diagram.Graph { return sample(t, "homelab") }
+
+func sample(t *testing.T, name string) *diagram.Graph {
 	t.Helper()
-	r, err := repo.OnDisk(filepath.Join("..", "testdata", "homelab"), repo.DefaultLayout)
+	r, err := repo.OnDisk(filepath.Join("..", "testdata", name), repo.DefaultLayout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,17 +52,19 @@ func golden(t *testing.T, name string, got []byte) {
 }
 
 func TestGolden(t *testing.T) {
-	g := homelab(t)
-	for name, write := range map[string]func(*bytes.Buffer) error{
-		"homelab.dot":  func(b *bytes.Buffer) error { return g.Dot(b) },
-		"homelab.mmd":  func(b *bytes.Buffer) error { return g.Mermaid(b) },
-		"homelab.json": func(b *bytes.Buffer) error { return g.JSON(b) },
-	} {
-		var b bytes.Buffer
-		if err := write(&b); err != nil {
-			t.Fatal(err)
+	for _, repo := range []string{"homelab", "shop"} {
+		g := sample(t, repo)
+		for ext, write := range map[string]func(*bytes.Buffer) error{
+			".dot":  func(b *bytes.Buffer) error { return g.Dot(b) },
+			".mmd":  func(b *bytes.Buffer) error { return g.Mermaid(b) },
+			".json": func(b *bytes.Buffer) error { return g.JSON(b) },
+		} {
+			var b bytes.Buffer
+			if err := write(&b); err != nil {
+				t.Fatal(err)
+			}
+			golden(t, repo+ext, b.Bytes())
 		}
-		golden(t, name, b.Bytes())
 	}
 }
 
@@ -122,7 +126,13 @@ func dotPath(t *testing.T) string {
 
 func TestDotRendersWithGraphviz(t *testing.T) {
 	dot := dotPath(t)
-	g := homelab(t)
+	for _, name := range []string{"homelab", "shop"} {
+		renderWithDot(t, dot, sample(t, name))
+	}
+}
+
+func renderWithDot(t *testing.T, dot string, g *diagram.Graph) {
+	t.Helper()
 	var src bytes.Buffer
 	if err := g.Dot(&src); err != nil {
 		t.Fatal(err)
@@ -157,8 +167,11 @@ func TestDotRendersWithGraphviz(t *testing.T) {
 					t.Errorf("the SVG has no cluster for wave %d", wave)
 				}
 			}
-			if !strings.Contains(svg, "<title>gitea&#45;&gt;gitea&#45;actions</title>") {
-				t.Error("the SVG has no anchor edge gitea -> gitea-actions")
+			for _, e := range g.Edges {
+				title := strings.ReplaceAll(e.From+"->"+e.To, "-", "&#45;")
+				if !strings.Contains(svg, "<title>"+strings.ReplaceAll(title, "&#45;>", "&#45;&gt;")+"</title>") {
+					t.Errorf("the SVG has no edge %s -> %s", e.From, e.To)
+				}
 			}
 		case "png":
 			if !bytes.HasPrefix(data, []byte("\x89PNG\r\n\x1a\n")) || len(data) < 1000 {
