@@ -68,12 +68,7 @@ func ValidTarget(want string) error {
 }
 
 func isHex(s string) bool {
-	for _, c := range s {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
-			return false
-		}
-	}
-	return s != ""
+	return s != "" && strings.Trim(s, "0123456789abcdefABCDEF") == ""
 }
 
 // commitPrefix returns the lower-case prefix when want names a commit by a prefix (hex, at least
