@@ -49,12 +49,12 @@ const reloadToken = "reload-token-1"
 
 // env is one test's namespace with a running rollout controller limited to it.
 type env struct {
-	t  *testing.T
+	t  testing.TB
 	c  *testenv.Cluster
 	ns string
 }
 
-func newEnv(t *testing.T, o rollout.Options, also ...func(ctrl.Manager) error) *env {
+func newEnv(t testing.TB, o rollout.Options, also ...func(ctrl.Manager) error) *env {
 	t.Helper()
 	c := testenv.APIServer(t)
 	ns := c.Namespace(t, "rollout", nil)

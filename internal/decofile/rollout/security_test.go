@@ -382,3 +382,35 @@ func TestHangingPodsDoNotDelayOtherRollouts(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRolloutBesideHangingDecofiles: four Decofiles whose three pods each accept connections
+// and never answer are being rolled out; each iteration stores new content for a fifth Decofile
+// with two site pods and measures until both serve it.
+func BenchmarkRolloutBesideHangingDecofiles(b *testing.B) {
+	e := newEnv(b, rollout.Options{Notify: notify.Config{PodTimeout: 10 * time.Minute, Timeout: 10 * time.Minute}})
+	for i := range 4 {
+		df := e.decofile(fmt.Sprintf("tarpit-%d", i), false)
+		for j := range 3 {
+			e.hangingPod(fmt.Sprintf("tarpit-%d-%d", i, j), labelled(df))
+		}
+		e.store(df, []byte(fmt.Sprintf(`{"tarpit":%d}`, i)), fmt.Sprintf("%040d", i+1), 1731700500, false)
+	}
+	df := e.decofile("shop", false)
+	pods := []*sitePod{e.sitePod("shop-a", podOpts{labels: labelled(df)}), e.sitePod("shop-b", podOpts{labels: labelled(df)})}
+	ts := int64(1731800000)
+	b.ResetTimer()
+	for b.Loop() {
+		ts++
+		content := []byte(fmt.Sprintf(`{"site":{"version":%d}}`, ts))
+		e.store(df, content, fmt.Sprintf("%040x", ts), ts, false)
+		deadline := time.Now().Add(time.Minute)
+		for _, p := range pods {
+			for p.rt.Current().Hash != encode.Hash(content) {
+				if time.Now().After(deadline) {
+					b.Fatalf("%s did not get version %d within a minute", p.pod.Name, ts)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+}
