@@ -271,6 +271,16 @@ func TestReloadSecretAndRolloutFields(t *testing.T) {
 		return nil
 	})
 	e.hasEvent(t, ns, "site", corev1.EventTypeWarning, controller.ReasonReloadTokenRecreated, "deployment/site-web")
+	testenv_eventually(t, func() error { // done: nothing left pending on the new Secret
+		var again corev1.Secret
+		if err := e.c.Client.Get(context.Background(), key, &again); err != nil {
+			return err
+		}
+		if v, ok := again.Annotations[controller.AnnotationRestartPending]; ok {
+			return errorf("restart still pending (%q)", v)
+		}
+		return nil
+	})
 	var d appsv1.Deployment
 	if err := e.c.Client.Get(context.Background(), client.ObjectKeyFromObject(other), &d); err != nil || d.Spec.Template.Annotations[controller.AnnotationRestartedAt] != "" {
 		t.Fatalf("a workload of another Decofile was restarted: %v %v", d.Spec.Template.Annotations, err)

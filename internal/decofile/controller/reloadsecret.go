@@ -17,20 +17,30 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/decofile/inject"
 )
 
+// AnnotationRestartPending on a reload Secret says the workloads using it still have to be
+// restarted (it was recreated with a new token); removed once they were.
+const AnnotationRestartPending = "deco.sites/reload-token-restart-pending"
+
 // ensureReloadSecret creates the Decofile's reload Secret with a random token when it does not
 // exist. An existing Secret is never changed: running pods hold its token. When the Secret was
 // there before (the Decofile was reconciled already) and someone deleted it, the new token is
-// not the one running pods hold, so the workloads using it are restarted.
+// not the one running pods hold, so the workloads using it are restarted; the new Secret carries
+// AnnotationRestartPending until that succeeded, so a failed restart is tried again on the next
+// reconcile. A failed restart never holds up delivery: it is reported and retried.
 func (r *Reconciler) ensureReloadSecret(ctx context.Context, df *decov1.Decofile) error {
 	name := df.ReloadSecretName()
 	var s corev1.Secret
 	err := r.reader.Get(ctx, client.ObjectKey{Namespace: df.Namespace, Name: name}, &s)
 	if err == nil {
+		if s.Annotations[AnnotationRestartPending] != "" {
+			r.restartPending(ctx, df, &s)
+		}
 		return nil
 	}
 	if !apierrors.IsNotFound(err) {
@@ -45,6 +55,11 @@ func (r *Reconciler) ensureReloadSecret(ctx context.Context, df *decov1.Decofile
 		Type:       corev1.SecretTypeOpaque,
 		Data:       map[string][]byte{decov1.ReloadTokenKey: []byte(hex.EncodeToString(buf))},
 	}
+	// Not on the first reconcile: no pod can have started with an earlier token.
+	replaced := df.Status.ObservedGeneration != 0
+	if replaced {
+		s.Annotations = map[string]string{AnnotationRestartPending: "true"}
+	}
 	if err := controllerutil.SetControllerReference(df, &s, r.client.Scheme()); err != nil {
 		return fmt.Errorf("own reload Secret %s: %w", name, err)
 	}
@@ -54,10 +69,24 @@ func (r *Reconciler) ensureReloadSecret(ctx context.Context, df *decov1.Decofile
 		}
 		return fmt.Errorf("create reload Secret %s: %w", name, err)
 	}
-	if df.Status.ObservedGeneration == 0 {
-		return nil // first reconcile: no pod can have started with an earlier token
+	if replaced {
+		r.restartPending(ctx, df, &s)
 	}
-	return r.restartWorkloads(ctx, df)
+	return nil
+}
+
+// restartPending restarts the workloads using the recreated Secret s and clears its
+// AnnotationRestartPending; failures are reported and left for the next reconcile.
+func (r *Reconciler) restartPending(ctx context.Context, df *decov1.Decofile, s *corev1.Secret) {
+	log := logf.FromContext(ctx)
+	if err := r.restartWorkloads(ctx, df); err != nil {
+		log.Error(err, "restart the workloads using the recreated reload Secret; retried on the next reconcile")
+		return
+	}
+	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"annotations":{%q:null}}}`, AnnotationRestartPending))
+	if err := r.client.Patch(ctx, s, patch); err != nil && !apierrors.IsNotFound(err) {
+		log.Error(err, "clear the restart-pending annotation of the reload Secret; the workloads may be restarted once more")
+	}
 }
 
 // restartWorkloads restarts the pods of the workloads injected with df (labelled with its name
@@ -70,7 +99,7 @@ func (r *Reconciler) restartWorkloads(ctx context.Context, df *decov1.Decofile) 
 	at := r.now().UTC().Format(time.RFC3339)
 	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil,
 		`{"spec":{"template":{"metadata":{"annotations":{%q:%q}}}}}`, AnnotationRestartedAt, at))
-	var restarted []string
+	var restarted, failed []string
 	var errs []error
 	for _, gvk := range inject.WorkloadKinds {
 		list := &metav1.PartialObjectMetadataList{}
@@ -90,6 +119,7 @@ func (r *Reconciler) restartWorkloads(ctx context.Context, df *decov1.Decofile) 
 			}
 			if err := r.client.Patch(ctx, w, patch); err != nil {
 				errs = append(errs, fmt.Errorf("restart %s %s: %w", gvk.Kind, w.Name, err))
+				failed = append(failed, strings.ToLower(gvk.Kind)+"/"+w.Name)
 				continue
 			}
 			restarted = append(restarted, strings.ToLower(gvk.Kind)+"/"+w.Name)
@@ -100,6 +130,9 @@ func (r *Reconciler) restartWorkloads(ctx context.Context, df *decov1.Decofile) 
 		msg := "none"
 		if len(restarted) > 0 {
 			msg = strings.Join(restarted, ", ")
+		}
+		if len(errs) > 0 {
+			msg += fmt.Sprintf("; %d failed (%s), retried on the next reconcile", len(errs), strings.Join(failed, ", "))
 		}
 		r.recorder.Eventf(df, nil, corev1.EventTypeWarning, ReasonReloadTokenRecreated, "Restart",
 			"reload Secret %s was deleted and recreated with a new token; restarted the workloads using it so their pods get it: %s", df.ReloadSecretName(), msg)
