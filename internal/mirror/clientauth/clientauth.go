@@ -14,6 +14,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // Verifier accepts client certificates that chain to Roots and whose common name or one of
@@ -127,6 +129,8 @@ func (v *Verifier) Middleware(next http.Handler) http.Handler {
 			return
 		}
 		if err := v.Verify(r.TLS.PeerCertificates); err != nil {
+			// Logged so a missing API server client certificate is found, not only attacks.
+			logf.FromContext(r.Context()).Info("refused a caller without an accepted client certificate", "path", r.URL.Path, "remote", r.RemoteAddr, "reason", err.Error())
 			http.Error(w, "client not allowed: "+err.Error(), http.StatusForbidden)
 			return
 		}
