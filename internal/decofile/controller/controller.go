@@ -74,6 +74,9 @@ const AnnotationRestartedAt = "kubectl.kubernetes.io/restartedAt"
 // DefaultInterval is how often a branch or tag is re-resolved when spec.interval is unset.
 const DefaultInterval = time.Minute
 
+// MinInterval is the shortest poll interval, as the CRD's rule on spec.interval says.
+const MinInterval = 10 * time.Second
+
 // Options configures the delivery controller.
 type Options struct {
 	// GitHub fetches github sources (base URLs, limits, HTTP client).
@@ -287,7 +290,9 @@ func pollInterval(df *decov1.Decofile) time.Duration {
 		return 0
 	}
 	if df.Spec.Interval != nil && df.Spec.Interval.Duration > 0 {
-		return df.Spec.Interval.Duration
+		// The CRD refuses less than MinInterval; a Decofile stored before that rule keeps its
+		// value (validation ratcheting), so the floor is applied here too.
+		return max(df.Spec.Interval.Duration, MinInterval)
 	}
 	return DefaultInterval
 }
