@@ -145,7 +145,11 @@ func TestTransportRefusesRedirectToLoopback(t *testing.T) {
 	}
 	// Scheme rules apply to every hop too.
 	strictScheme := MustNew(Config{Hosts: []string{"127.0.0.0/8"}})
-	if _, err := (&http.Client{Transport: strictScheme.Transport()}).Get(front.URL); !IsRefused(err) {
+	resp, err = (&http.Client{Transport: strictScheme.Transport()}).Get(front.URL)
+	if err == nil {
+		_ = resp.Body.Close()
+	}
+	if !IsRefused(err) {
 		t.Fatalf("http allowed by default: %v", err)
 	}
 }

@@ -246,7 +246,7 @@ type countingConn struct {
 func (c *countingConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if cerr := c.op.count(n); cerr != nil {
-		_ = c.Conn.Close()
+		_ = c.Close()
 		return n, cerr
 	}
 	return n, err
