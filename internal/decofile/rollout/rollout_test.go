@@ -56,13 +56,25 @@ type env struct {
 
 func newEnv(t testing.TB, o rollout.Options, also ...func(ctrl.Manager) error) *env {
 	t.Helper()
+	return newEnvs(t, 1, o, also...)[0]
+}
+
+// newEnvs is newEnv for n namespaces served by one manager.
+func newEnvs(t testing.TB, n int, o rollout.Options, also ...func(ctrl.Manager) error) []*env {
+	t.Helper()
 	c := testenv.APIServer(t)
-	ns := c.Namespace(t, "rollout", nil)
+	namespaces := map[string]cache.Config{}
+	var envs []*env
+	for range n {
+		ns := c.Namespace(t, "rollout", nil)
+		namespaces[ns] = cache.Config{}
+		envs = append(envs, &env{t: t, c: c, ns: ns})
+	}
 	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
 		Scheme:                 c.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
+		Cache:                  cache.Options{DefaultNamespaces: namespaces},
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	if err != nil {
@@ -94,7 +106,7 @@ func newEnv(t testing.TB, o rollout.Options, also ...func(ctrl.Manager) error) *
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	return &env{t: t, c: c, ns: ns}
+	return envs
 }
 
 // decofile creates a github-sourced Decofile and its reload Secret.

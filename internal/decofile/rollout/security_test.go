@@ -414,3 +414,42 @@ func BenchmarkRolloutBesideHangingDecofiles(b *testing.B) {
 		}
 	}
 }
+
+// TestRolloutMemoryIsSharedPerNamespace: running push rollouts hold their content against
+// --notify-memory-bytes, one namespace at most --decofile-max-content-bytes of it. A namespace
+// whose large Decofile hangs makes its own next rollout wait (and say so), not another
+// namespace's.
+func TestRolloutMemoryIsSharedPerNamespace(t *testing.T) {
+	const share = 1000
+	envs := newEnvs(t, 2, rollout.Options{MaxContentBytes: share, MemoryBytes: 1500,
+		Notify: notify.Config{PodTimeout: time.Minute, Timeout: 2 * time.Minute}})
+	a, b := envs[0], envs[1]
+	sized := func(n int) []byte { return []byte(`{"pad":"` + strings.Repeat("x", n-10) + `"}`) }
+
+	big := a.decofile("big", false)
+	reached := a.hangingPod("big-a", labelled(big))
+	a.store(big, sized(800), strings.Repeat("1", 40), 1731900000, false)
+	testenv.Eventually(t, 20*time.Second, func() error {
+		if reached.Load() == 0 {
+			return fmt.Errorf("the hanging pod has not been reached yet")
+		}
+		return nil
+	})
+
+	next := a.decofile("next", false)
+	a.sitePod("next-a", podOpts{labels: labelled(next)})
+	a.store(next, sized(300), strings.Repeat("2", 40), 1731900001, false)
+	a.podsNotified(next, metav1.ConditionUnknown, "Waiting for rollout memory (--notify-memory-bytes) before notifying pods for commit:"+strings.Repeat("2", 40), 20*time.Second)
+
+	other := b.decofile("other", false)
+	p := b.sitePod("other-a", podOpts{labels: labelled(other)})
+	content := sized(600)
+	b.store(other, content, strings.Repeat("3", 40), 1731900002, false)
+	b.podsNotified(other, metav1.ConditionTrue, "Successfully notified all pods", 20*time.Second)
+	if p.rt.Current().Hash != encode.Hash(content) {
+		t.Fatal("the other namespace's pod did not get its content")
+	}
+	if c := meta.FindStatusCondition(a.get(next).Status.Conditions, decov1alpha1.ConditionPodsNotified); c == nil || !strings.HasPrefix(c.Message, "Waiting for rollout memory") {
+		t.Fatalf("the second rollout of the full namespace: %+v, want it still waiting", c)
+	}
+}
