@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -140,7 +141,13 @@ func TestByDeploymentID(t *testing.T) {
 		t.Errorf("by name fallback: %v %q", d, w)
 	}
 	if d, w := inject.ByDeploymentID(items, "shop"); d == nil || d.Name != "a" || len(w) != 1 {
-		t.Errorf("ambiguous: %v %q", d, w)
+		t.Errorf("ambiguous, same age: %v %q", d, w)
+	}
+	// The older one holds the deploymentId (the delivery controller delivers only it).
+	items[0].CreationTimestamp = metav1.NewTime(time.Unix(100, 0))
+	items[1].CreationTimestamp = metav1.NewTime(time.Unix(200, 0))
+	if d, w := inject.ByDeploymentID(items, "shop"); d == nil || d.Name != "b" || len(w) != 1 || !strings.Contains(w[0], `using "b"`) {
+		t.Errorf("ambiguous, b older: %v %q", d, w)
 	}
 	if d, _ := inject.ByDeploymentID(items, "none"); d != nil {
 		t.Errorf("no match returned %v", d)

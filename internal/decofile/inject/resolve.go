@@ -25,7 +25,9 @@ func DefaultDecofileName(namespace string) string {
 }
 
 // ByDeploymentID picks, among the Decofiles of a namespace, the one whose deploymentId (or name)
-// equals id. With several matches the first by name wins and a warning says so.
+// equals id. With several matches the one holding the deploymentId wins — the oldest by
+// creationTimestamp, then name, the only one the delivery controller delivers (the others are
+// DeploymentIDConflict) — and a warning says so.
 func ByDeploymentID(items []decov1.Decofile, id string) (*decov1.Decofile, []string) {
 	var matches []*decov1.Decofile
 	for i := range items {
@@ -36,7 +38,7 @@ func ByDeploymentID(items []decov1.Decofile, id string) (*decov1.Decofile, []str
 	if len(matches) == 0 {
 		return nil, nil
 	}
-	sort.Slice(matches, func(i, j int) bool { return matches[i].Name < matches[j].Name })
+	sort.Slice(matches, func(i, j int) bool { return matches[i].ClaimsBefore(matches[j]) })
 	if len(matches) == 1 {
 		return matches[0], nil
 	}
