@@ -10,7 +10,7 @@ BIN := bin
 TEST_PARALLEL ?= 2
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build image install test test-tools test-deps unit lint vet generate manifests check-manifests bench demo clean
+.PHONY: all build image install node-tools test test-tools test-deps unit lint vet generate manifests check-manifests bench demo clean
 
 all: build
 
@@ -66,6 +66,11 @@ test-deps:
 ## test-tools: kube-apiserver, etcd and versitygw built once into $(CACHE_DIR)/bin
 test-tools:
 	@hack/build-test-tools.sh >/dev/null
+
+## node-tools: also kubelet, kube-scheduler, kube-controller-manager, containerd, runc and the CNI plugins (a real node)
+node-tools: test-tools
+	@hack/install-debian-packages.sh libseccomp-dev pkg-config iptables conntrack
+	@hack/build-test-tools.sh --node >/dev/null
 
 ## test: set up everything the tests need, then run every test
 test: test-deps test-tools check-manifests vet

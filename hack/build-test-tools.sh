@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the real servers the tests need (kube-apiserver, etcd, versitygw) from the Go module
-# proxy into a per-machine cache, once. A warm run only checks version stamps.
+# proxy into a per-machine cache, once. A warm run only checks version stamps. With --node it
+# also builds what a real node runs: kubelet, kube-scheduler, kube-controller-manager, containerd
+# (with ctr and the runc shim), runc and the CNI plugins.
 set -euo pipefail
 
 export GOTOOLCHAIN="${GOTOOLCHAIN:-go1.27.3}"
@@ -8,6 +10,11 @@ KUBERNETES_VERSION="${KUBERNETES_VERSION:-v1.37.2}"
 STAGING_VERSION="${STAGING_VERSION:-v0.37.2}"
 ETCD_VERSION="${ETCD_VERSION:-v3.7.3}"
 VERSITYGW_VERSION="${VERSITYGW_VERSION:-v1.8.0}"
+CONTAINERD_VERSION="${CONTAINERD_VERSION:-v2.4.2}"
+RUNC_VERSION="${RUNC_VERSION:-v1.5.3}"
+CNI_PLUGINS_VERSION="${CNI_PLUGINS_VERSION:-v1.10.0}"
+NODE=false
+[[ "${1:-}" == "--node" ]] && NODE=true
 CACHE_DIR="${SITEOPS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/siteops}"
 BIN_DIR="$CACHE_DIR/bin"
 mkdir -p "$BIN_DIR"
@@ -15,17 +22,23 @@ mkdir -p "$BIN_DIR"
 log() { printf 'test-tools: %s\n' "$*" >&2; }
 
 # built NAME VERSION: true when BIN_DIR holds NAME built at VERSION.
-built() { [[ -x "$BIN_DIR/$1" && "$(cat "$BIN_DIR/.$1.version" 2>/dev/null)" == "$2" ]]; }
+built() { [[ -x "$BIN_DIR/$1" && "$(cat "$(stamp "$1")" 2>/dev/null)" == "$2" ]]; }
+# stamp NAME: the file recording the version NAME was built at.
+stamp() { echo "$BIN_DIR/.${1//\//_}.version"; }
 
 # build_in_wrapper NAME VERSION MODULE PACKAGE [LDFLAGS] [REPLACES]: builds PACKAGE of MODULE@VERSION
 # inside a throw-away module, so replace directives can pin modules the upstream go.mod leaves at v0.0.0.
+# BUILD_TAGS and BUILD_CGO (default 0) adjust the build.
 build_in_wrapper() {
   local name=$1 version=$2 module=$3 package=$4 ldflags=${5:-} replaces=${6:-}
   built "$name" "$version" && return 0
   log "building $name $version (first run on this machine; cached afterwards)"
   local work
   work=$(mktemp -d)
-  trap 'rm -rf "$work"' RETURN
+  # Removed here, not by a RETURN trap: such a trap stays set and fires again, without $work,
+  # when a later function returns.
+  # shellcheck disable=SC2064
+  trap "rm -rf '$work'" EXIT
   cat >"$work/go.mod" <<MOD
 module siteops.local/build/$name
 
@@ -36,9 +49,11 @@ $replaces
 MOD
   printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "$package" >"$work/tools.go"
   (cd "$work" && go mod tidy >/dev/null 2>&1 || go mod tidy)
-  (cd "$work" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w $ldflags" -o "$BIN_DIR/$name.tmp" "$package")
+  (cd "$work" && CGO_ENABLED="${BUILD_CGO:-0}" go build -trimpath -tags "${BUILD_TAGS:-}" -ldflags "-s -w $ldflags" -o "$BIN_DIR/$name.tmp" "$package")
   mv "$BIN_DIR/$name.tmp" "$BIN_DIR/$name"
-  echo "$version" >"$BIN_DIR/.$name.version"
+  echo "$version" >"$(stamp "$name")"
+  rm -rf "$work"
+  trap - EXIT
 }
 
 kube_replaces() {
@@ -49,13 +64,39 @@ kube_replaces() {
   echo ")"
 }
 
-if ! built kube-apiserver "$KUBERNETES_VERSION"; then
-  minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
-  build_in_wrapper kube-apiserver "$KUBERNETES_VERSION" k8s.io/kubernetes k8s.io/kubernetes/cmd/kube-apiserver \
+# build_kube NAME: a Kubernetes component from the k8s.io/kubernetes wrapper module.
+build_kube() {
+  built "$1" "$KUBERNETES_VERSION" && return 0
+  local minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
+  build_in_wrapper "$1" "$KUBERNETES_VERSION" k8s.io/kubernetes "k8s.io/kubernetes/cmd/$1" \
     "-X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean" \
     "$(kube_replaces)"
-fi
+}
+
+build_kube kube-apiserver
 build_in_wrapper etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3
 build_in_wrapper versitygw "$VERSITYGW_VERSION" github.com/versity/versitygw github.com/versity/versitygw/cmd/versitygw
+
+if $NODE; then
+  # What a node needs to run a pod comes first; the scheduler and controller manager last.
+  build_kube kubelet
+  BUILD_TAGS=no_btrfs build_in_wrapper containerd "$CONTAINERD_VERSION" github.com/containerd/containerd/v2 github.com/containerd/containerd/v2/cmd/containerd
+  BUILD_TAGS=no_btrfs build_in_wrapper ctr "$CONTAINERD_VERSION" github.com/containerd/containerd/v2 github.com/containerd/containerd/v2/cmd/ctr
+  build_in_wrapper containerd-shim-runc-v2 "$CONTAINERD_VERSION" github.com/containerd/containerd/v2 github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
+  # runc's namespace setup is C (cgo); seccomp filters come from Debian's libseccomp-dev.
+  BUILD_CGO=1 BUILD_TAGS=seccomp build_in_wrapper runc "$RUNC_VERSION" github.com/opencontainers/runc github.com/opencontainers/runc
+  mkdir -p "$BIN_DIR/cni"
+  for p in main/bridge main/loopback ipam/host-local meta/portmap; do
+    build_in_wrapper "cni/${p##*/}" "$CNI_PLUGINS_VERSION" github.com/containernetworking/plugins "github.com/containernetworking/plugins/plugins/$p"
+  done
+  # The pod sandbox's process (hack/pause): tiny and local, so rebuilt whenever its source changes.
+  pause_src="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/pause"
+  pause_sum=$(sha256sum "$pause_src/main.go" | cut -d' ' -f1)
+  if ! built pause "$pause_sum"; then
+    (cd "$pause_src" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$BIN_DIR/pause" .)
+    echo "$pause_sum" >"$(stamp pause)"
+  fi
+  for c in kube-scheduler kube-controller-manager; do build_kube "$c"; done
+fi
 
 echo "$BIN_DIR"

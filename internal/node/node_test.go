@@ -1,0 +1,183 @@
+package node_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/internal/servers"
+	"github.com/siteops/siteops/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	testenv.Main(m, testenv.NodeAPIServerOptions(servers.APIServerOptions{}))
+}
+
+// TestNodeRunsSitePod brings a real node up, runs the site-runtime image on it with the
+// Decofile from a mounted ConfigMap and the reload token from a Secret, reads it through the pod
+// IP, and checks that stopping the node leaves nothing on the machine.
+func TestNodeRunsSitePod(t *testing.T) {
+	c := testenv.APIServer(t)
+	testenv.RequireNode(t)
+	site := testenv.ImageArchive(t, "siteops-site")
+	rulesBefore := iptablesRules(t)
+
+	start := time.Now()
+	n := c.Node(t, site)
+	t.Logf("node %s (%s, pods %s) Ready in %s", n.Name, n.IP, n.PodCIDR, time.Since(start).Round(time.Millisecond))
+
+	ctx := context.Background()
+	ns := c.Namespace(t, "node", nil)
+	const token = "reload-token-0123456789"
+	objs := []client.Object{
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "deco", Namespace: ns},
+			Data: map[string]string{"decofile.json": `{"site":{"title":"from the mounted ConfigMap"}}`}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "reload", Namespace: ns},
+			StringData: map[string]string{"token": token}},
+		sitePod(ns, n.Name),
+	}
+	for _, o := range objs {
+		if err := c.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	podStart := time.Now()
+	var pod corev1.Pod
+	testenv.Eventually(t, 60*time.Second, func() error {
+		if err := c.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "site"}, &pod); err != nil {
+			return err
+		}
+		if pod.Status.Phase != corev1.PodRunning || pod.Status.PodIP == "" {
+			return fmt.Errorf("pod %s, IP %q, conditions %v", pod.Status.Phase, pod.Status.PodIP, pod.Status.ContainerStatuses)
+		}
+		return nil
+	})
+	t.Logf("pod Running at %s after %s", pod.Status.PodIP, time.Since(podStart).Round(time.Millisecond))
+
+	base := "http://" + pod.Status.PodIP + ":8000"
+	var body string
+	testenv.Eventually(t, 20*time.Second, func() error {
+		var err error
+		body, err = get(base + "/.decofile?content=true")
+		return err
+	})
+	if !strings.Contains(body, "from the mounted ConfigMap") {
+		t.Fatalf("the pod does not serve the mounted Decofile: %s", body)
+	}
+
+	// The token reached the container through secretKeyRef: the right one is accepted, a wrong
+	// one refused.
+	push := `{"timestamp": 2000000000, "source": "test", "decofile": {"site": {"title": "pushed"}}}`
+	if code := post(t, base+decov1alpha1.ReloadPath, "wrong-token", push); code != http.StatusUnauthorized {
+		t.Fatalf("reload with a wrong token: status %d, want 401", code)
+	}
+	if code := post(t, base+decov1alpha1.ReloadPath, token, push); code != http.StatusOK {
+		t.Fatalf("reload with the Secret's token: status %d, want 200", code)
+	}
+	if body, err := get(base + "/.decofile?content=true"); err != nil || !strings.Contains(body, "pushed") {
+		t.Fatalf("after the push the pod serves %q (%v)", body, err)
+	}
+
+	stopStart := time.Now()
+	if err := n.Stop(ctx); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	t.Logf("node stopped in %s", time.Since(stopStart).Round(time.Millisecond))
+	if left := n.Leftovers(); len(left) > 0 {
+		t.Fatalf("the node left behind: %s", strings.Join(left, "; "))
+	}
+	if after := iptablesRules(t); after != rulesBefore {
+		t.Fatalf("the machine's iptables rules changed:\nbefore:\n%s\nafter:\n%s", rulesBefore, after)
+	}
+	if _, err := get(base + "/.decofile"); err == nil {
+		t.Fatal("the pod still answers after Stop")
+	}
+}
+
+func sitePod(ns, nodeName string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "site", Namespace: ns},
+		Spec: corev1.PodSpec{
+			NodeName:                      nodeName,
+			AutomountServiceAccountToken:  ptr.To(false),
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+			Containers: []corev1.Container{{
+				Name:            "site",
+				Image:           "siteops-site:0.1.0",
+				ImagePullPolicy: corev1.PullNever,
+				Args:            []string{"--addr", "0.0.0.0:8000"},
+				Env: []corev1.EnvVar{
+					{Name: decov1alpha1.EnvRelease, Value: "file:///deco/decofile.json"},
+					{Name: decov1alpha1.EnvReloadToken, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+						LocalObjectReference: corev1.LocalObjectReference{Name: "reload"}, Key: "token"}}},
+				},
+				VolumeMounts: []corev1.VolumeMount{{Name: "deco", MountPath: "/deco", ReadOnly: true}},
+			}},
+			Volumes: []corev1.Volume{{Name: "deco", VolumeSource: corev1.VolumeSource{
+				ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "deco"}}}}},
+		},
+	}
+}
+
+var httpClient = &http.Client{Timeout: 3 * time.Second}
+
+func get(url string) (string, error) {
+	resp, err := httpClient.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s: %s", url, resp.Status, b)
+	}
+	return string(b), err
+}
+
+func post(t *testing.T, url, token, body string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewBufferString(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Token "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// iptablesRules is the machine's iptables rule set without comments and counters.
+func iptablesRules(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("iptables-save").Output()
+	if err != nil {
+		t.Skipf("iptables-save: %v", err)
+	}
+	var keep []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "#") {
+			continue
+		}
+		if i := strings.Index(l, " ["); strings.HasPrefix(l, ":") && i > 0 {
+			l = l[:i]
+		}
+		keep = append(keep, l)
+	}
+	return strings.Join(keep, "\n")
+}

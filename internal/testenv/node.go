@@ -1,0 +1,128 @@
+package testenv
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/siteops/siteops/internal/node"
+	"github.com/siteops/siteops/internal/servers"
+)
+
+// nodeAccess is the kubelet client certificate of the API servers NodeAPIServerOptions made.
+var nodeAccess *node.APIAccess
+
+// NodeAPIServerOptions returns o with what a real node needs of the API server: Node addresses
+// used as reported, and a client certificate for calling kubelets (logs, exec). Pass it to Main
+// or NewAPIServer in packages that call (*Cluster).Node.
+func NodeAPIServerOptions(o servers.APIServerOptions) servers.APIServerOptions {
+	configure := o.Configure
+	o.Configure = func(env *envtest.Environment) {
+		if configure != nil {
+			configure(env)
+		}
+		if nodeAccess == nil {
+			dir, err := os.MkdirTemp("", "siteops-kubelet-client-")
+			if err == nil {
+				nodeAccess, _ = node.NewAPIAccess(dir)
+			}
+		}
+		args := env.ControlPlane.GetAPIServer().Configure()
+		for k, v := range node.APIServerFlags(nodeAccess) {
+			args.Set(k, v)
+		}
+	}
+	return o
+}
+
+// RequireNode skips the test unless a real node can run here: root, the node's binaries
+// (`make node-tools`) and the machine's tools.
+func RequireNode(t testing.TB) {
+	t.Helper()
+	requireIntegration(t)
+	if os.Geteuid() != 0 {
+		t.Skip("a real node needs root (namespaces, mounts, cgroups)")
+	}
+	if err := node.CheckBinaries(servers.AssetsDir()); err != nil {
+		t.Skipf("a real node cannot run here: %v", err)
+	}
+}
+
+// ImageArchive is the path of bin/images/<name>.tar (`make image`); it skips the test when the
+// archive is missing.
+func ImageArchive(t testing.TB, name string) string {
+	t.Helper()
+	_, self, _, _ := runtime.Caller(0)
+	p := filepath.Join(filepath.Dir(self), "..", "..", "bin", "images", name+".tar")
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("image archive %s missing: run `make image`", p)
+	}
+	return p
+}
+
+// Node starts a real node (kubelet, containerd, runc, CNI bridge) joined to c with the given
+// image archives imported, and stops it when the test ends, failing the test if anything of it
+// is left on the machine. It skips when RequireNode does. The API server must have been
+// started with NodeAPIServerOptions.
+func (c *Cluster) Node(t testing.TB, images ...string) *node.Node {
+	t.Helper()
+	RequireNode(t)
+	// A short folder: containerd's socket path must fit in 107 bytes.
+	dir, err := os.MkdirTemp("", "node-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := node.Start(context.Background(), node.Options{
+		KubeConfig: c.KubeConfig, Dir: dir, Images: images, APIAccess: nodeAccess,
+	})
+	if err != nil {
+		logTails(t, dir)
+		t.Fatalf("start node: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			logTails(t, dir)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := n.Stop(ctx); err != nil {
+			t.Errorf("stop node: %v", err)
+		}
+		if left := n.Leftovers(); len(left) > 0 {
+			t.Errorf("the node left behind: %s", strings.Join(left, "; "))
+		}
+		if !t.Failed() {
+			_ = os.RemoveAll(dir)
+		}
+	})
+	return n
+}
+
+// logTails logs the last lines of the node's logs.
+func logTails(t testing.TB, dir string) {
+	t.Helper()
+	for _, name := range []string{"node.log", "containerd.log", "kubelet.log"} {
+		f, err := os.Open(filepath.Join(dir, name))
+		if err != nil {
+			continue
+		}
+		var lines []string
+		s := bufio.NewScanner(f)
+		s.Buffer(make([]byte, 1<<20), 1<<20)
+		for s.Scan() {
+			lines = append(lines, s.Text())
+			if len(lines) > 25 {
+				lines = lines[1:]
+			}
+		}
+		f.Close()
+		t.Logf("%s (last lines, folder %s):\n%s", name, dir, strings.Join(lines, "\n"))
+	}
+}
