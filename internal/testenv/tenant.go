@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -83,7 +85,11 @@ func (c *Cluster) TenantIn(t testing.TB, ns string) *Tenant {
 		if err := cl.List(ctx, &rbacv1.RoleBindingList{}, client.InNamespace(ns)); err == nil {
 			return fmt.Errorf("tenant %s may list rolebindings, which edit does not grant", name)
 		}
-		return c.canCreate(ctx, name, ns)
+		if err := c.canCreate(ctx, name, ns); err != nil {
+			// Aggregate again in case something reset the built-in roles meanwhile.
+			return errors.Join(err, c.InstallTenantRoles(ctx))
+		}
+		return nil
 	})
 	return &Tenant{Name: name, Namespace: ns, Config: cfg, Client: cl}
 }
@@ -109,6 +115,11 @@ func (c *Cluster) canCreate(ctx context.Context, user, ns string) error {
 func (c *Cluster) InstallTenantRoles(ctx context.Context) error {
 	aggregateMu.Lock()
 	defer aggregateMu.Unlock()
+	// The API server reconciles its built-in roles (edit among them) once after it starts; an
+	// aggregation written before that would be reset.
+	if err := c.waitForBootstrapRoles(ctx); err != nil {
+		return err
+	}
 	roles, err := siteopsrbac.TenantRoles()
 	if err != nil {
 		return err
@@ -133,6 +144,27 @@ func (c *Cluster) InstallTenantRoles(ctx context.Context) error {
 		}
 	}
 	return aggregate(ctx, c.Client)
+}
+
+// waitForBootstrapRoles waits until the API server has reconciled its built-in RBAC roles.
+func (c *Cluster) waitForBootstrapRoles(ctx context.Context) error {
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		_, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz/poststarthook/rbac/bootstrap-roles").DoRaw(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the API server did not finish its RBAC bootstrap: %w", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // aggregate sets the rules of every aggregated ClusterRole to the union of the rules of the
