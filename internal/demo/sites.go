@@ -79,7 +79,7 @@ func (s *site) gitSourcedDecofile(ctx context.Context, env *devenv.Env, out io.W
 		Spec: decov1alpha1.DecofileSpec{
 			Source:   decov1alpha1.SourceGit,
 			Git:      &decov1alpha1.GitSource{URL: s.repoURL, Ref: "main", Path: ".deco/blocks"},
-			Interval: &metav1.Duration{Duration: 2 * time.Second},
+			Interval: &metav1.Duration{Duration: 10 * time.Second},
 		},
 	}
 	if err := env.Client.Create(ctx, df); err != nil {
