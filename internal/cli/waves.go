@@ -18,7 +18,6 @@ import (
 	"github.com/siteops/siteops/internal/waves"
 	"github.com/siteops/siteops/internal/waves/blast"
 	"github.com/siteops/siteops/internal/waves/catalog"
-	"github.com/siteops/siteops/internal/waves/cutover"
 	"github.com/siteops/siteops/internal/waves/emit"
 	"github.com/siteops/siteops/internal/waves/lint"
 	"github.com/siteops/siteops/internal/waves/plan"
@@ -323,45 +322,6 @@ func newWavesLintCommand() *cobra.Command {
 	}
 	f.bind(cmd.Flags())
 	cmd.Flags().StringVar(&o.CompareRef, "compare-ref", "", "git ref of the pre-split layout whose build must hold the same resources")
-	return cmd
-}
-
-func newWavesCutoverCommand() *cobra.Command {
-	var f repoFlags
-	var base string
-	cmd := &cobra.Command{
-		Use:   "cutover-check --repo DIR --base REF",
-		Short: "Check that moving resources between Kustomizations cannot prune them, and print the safe sequence",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if base == "" {
-				return errors.New("--base is required: the git ref that is live on the cluster")
-			}
-			before, err := repo.AtRef(f.dir, base, f.layout())
-			if err != nil {
-				return err
-			}
-			after, err := repo.OnDisk(f.dir, f.layout())
-			if err != nil {
-				return err
-			}
-			reps, err := cutover.Check(before, after)
-			if err != nil {
-				return err
-			}
-			unsafe := false
-			for _, rep := range reps {
-				rep.Print(cmd.OutOrStdout())
-				unsafe = unsafe || rep.Unmitigated()
-			}
-			if unsafe {
-				return fmt.Errorf("%w: unmitigated cut-over hazards", errProblems)
-			}
-			return nil
-		},
-	}
-	f.bind(cmd.Flags())
-	cmd.Flags().StringVar(&base, "base", "", "git ref of what the cluster runs now (e.g. origin/main)")
 	return cmd
 }
 

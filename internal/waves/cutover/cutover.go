@@ -5,11 +5,8 @@ package cutover
 
 import (
 	"fmt"
-	"io"
 	"path"
-	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 
 	kustv1 "github.com/fluxcd/kustomize-controller/api/v1"
@@ -42,14 +39,25 @@ type Resource struct {
 	ID, Kind string
 	// From and To are the owning Kustomizations at the base ref and in the working tree.
 	From, To string
-	// Protected means the live object carries kustomize.toolkit.fluxcd.io/prune: disabled.
+	// Protected means the object carries kustomize.toolkit.fluxcd.io/prune: disabled (in git at
+	// the base ref, or on the live object with --live).
 	Protected bool
+	// LiveOnly marks an entry of the live inventory that no Kustomization of the working tree
+	// builds: nothing adopts it, so a garbage-collecting owner deletes it.
+	LiveOnly bool `json:",omitempty"`
+	// Helm lists, for a HelmRelease, the live objects of its release: uninstalling the release
+	// (when the HelmRelease is deleted) deletes them.
+	Helm []Resource `json:",omitempty"`
 }
 
-// Stateful reports kinds whose deletion loses data.
+// HelmReleaseKind is the kind of a Flux HelmRelease in resource IDs.
+const HelmReleaseKind = "HelmRelease.helm.toolkit.fluxcd.io"
+
+// Stateful reports kinds whose deletion loses data. A HelmRelease counts: deleting it uninstalls
+// the release, which deletes everything the chart created.
 func (r Resource) Stateful() bool {
 	switch r.Kind {
-	case "Cluster.postgresql.cnpg.io", "PersistentVolumeClaim", "StatefulSet.apps":
+	case "Cluster.postgresql.cnpg.io", "PersistentVolumeClaim", "StatefulSet.apps", HelmReleaseKind:
 		return true
 	}
 	return false
@@ -63,6 +71,8 @@ type Hazard struct {
 	// Resources are those at risk; Mitigated when all of them are protected.
 	Resources []Resource
 	Mitigated bool
+	// DeletionPolicy is the old owner's spec.deletionPolicy ("" for the default MirrorPrune).
+	DeletionPolicy string
 }
 
 // Report is the result of Check.
@@ -74,6 +84,10 @@ type Report struct {
 	Hazards []Hazard
 	// Removed are Kustomizations that exist at the base ref but not in the working tree.
 	Removed []string
+	// Notes explain why something that looks dangerous is not (an owner that releases).
+	Notes []string
+	// Drift lists where the live cluster differs from the git base ref (with --live and --base).
+	Drift []string
 }
 
 // Unmitigated reports whether any hazard is left unmitigated.
@@ -87,14 +101,71 @@ func (r *Report) Unmitigated() bool {
 }
 
 type owner struct {
-	name  string
-	wave  int // -1 when not a wave
-	prune bool
+	name           string
+	prune, suspend bool
+	deletionPolicy string
+	dependsOn      []string
+	// emptyInventory is known only live: a Kustomization without inventory deletes nothing.
+	emptyInventory bool
+}
+
+// deletesOnRemoval mirrors kustomize-controller v1.9.6 (finalizerShouldDeleteResources): a
+// suspended Kustomization or one without inventory deletes nothing; otherwise Delete and
+// WaitForTermination always delete, MirrorPrune (the default) deletes when prune is on, Orphan
+// never does.
+func (o owner) deletesOnRemoval() bool {
+	if o.suspend || o.emptyInventory {
+		return false
+	}
+	switch o.deletionPolicy {
+	case "", kustv1.DeletionPolicyMirrorPrune:
+		return o.prune
+	case kustv1.DeletionPolicyDelete, kustv1.DeletionPolicyWaitForTermination:
+		return true
+	}
+	return false
+}
+
+// prunesWhileStaying says whether the owner deletes objects that leave its build: a suspended
+// one does not reconcile; once resumed it only deletes objects that still carry its labels.
+func (o owner) prunesWhileStaying() bool { return o.prune && !o.suspend }
+
+// why explains in words why an owner does not delete, for the report.
+func (o owner) why() string {
+	switch {
+	case o.suspend:
+		return "suspended (a suspended Kustomization deletes nothing; keep it suspended until the new owners have reconciled)"
+	case o.emptyInventory:
+		return "its inventory is empty"
+	case o.deletionPolicy == kustv1.DeletionPolicyOrphan:
+		return "deletionPolicy: Orphan"
+	}
+	return "prune: false"
 }
 
 type tree struct {
 	ks    map[string]owner
 	owned map[string]Resource // id → resource (From set to its owner)
+}
+
+// waitsFor reports whether Kustomization from waits, directly or through others, for to.
+func (t *tree) waitsFor(from, to string) bool {
+	seen := map[string]bool{}
+	stack := []string{from}
+	for len(stack) > 0 {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		for _, d := range t.ks[n].dependsOn {
+			if d == to {
+				return true
+			}
+			if !seen[d] {
+				seen[d] = true
+				stack = append(stack, d)
+			}
+		}
+	}
+	return false
 }
 
 // Check compares the placement at before (the live state) with after (the change to merge), for
@@ -125,7 +196,14 @@ func CheckIn(before, after *repo.Repo, where string) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Base: before.Label, Where: where}
+	return compare(b, a, before.Label, where, false), nil
+}
+
+// compare follows every object of the before tree to its owner in the after tree. With live,
+// objects no Kustomization of the after tree builds are at risk too: before is the cluster's
+// inventory, which may hold objects git no longer has.
+func compare(b, a *tree, label, where string, live bool) *Report {
+	rep := &Report{Base: label, Where: where}
 	for name := range b.ks {
 		if _, ok := a.ks[name]; !ok {
 			rep.Removed = append(rep.Removed, name)
@@ -138,29 +216,43 @@ func CheckIn(before, after *repo.Repo, where string) (*Report, error) {
 	}
 	sort.Strings(ids)
 	byKs := map[HazardKind]map[string][]Resource{PruneRemoval: {}, MoveUp: {}}
+	released := map[string]bool{}
 	for _, id := range ids {
 		old := b.owned[id]
 		now, ok := a.owned[id]
-		if !ok || now.From == old.From {
-			continue
-		}
 		res := old
-		res.To = now.From
-		rep.Moving = append(rep.Moving, res)
-		from := b.ks[old.From]
-		if !from.prune {
-			continue // the old owner releases without garbage collection
+		switch {
+		case !ok && !live, ok && now.From == old.From:
+			continue
+		case !ok:
+			res.LiveOnly = true
+		default:
+			res.To = now.From
+			rep.Moving = append(rep.Moving, res)
 		}
+		from := b.ks[old.From]
 		if _, still := a.ks[old.From]; !still {
+			if !from.deletesOnRemoval() {
+				released[old.From] = true
+				continue // the old owner releases without garbage collection
+			}
 			byKs[PruneRemoval][old.From] = append(byKs[PruneRemoval][old.From], res)
 			continue
 		}
-		// The old owner stays and prunes the object when it leaves its build. Only a move to a
-		// strictly lower wave is safe: the new owner reconciles first and relabels the object, and
-		// Flux does not delete objects another Kustomization has taken over.
-		to := a.ks[now.From]
-		if from.wave < 0 || to.wave < 0 || to.wave >= from.wave {
+		if res.LiveOnly || !from.prunesWhileStaying() {
+			continue // an object leaving git on purpose, or an owner that does not prune now
+		}
+		// The old owner stays and prunes the object when it leaves its build. A move is safe only
+		// when the old owner waits for the new one (a lower wave, or a service it depends on): the
+		// new owner reconciles first and relabels the object, and Flux deletes only objects that
+		// still carry the pruning Kustomization's labels.
+		if !a.waitsFor(old.From, now.From) {
 			byKs[MoveUp][old.From] = append(byKs[MoveUp][old.From], res)
+		}
+	}
+	for _, n := range rep.Removed {
+		if released[n] {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("removed Kustomization %s releases its objects without deleting them: %s", n, b.ks[n].why()))
 		}
 	}
 	for _, kind := range []HazardKind{PruneRemoval, MoveUp} {
@@ -170,14 +262,14 @@ func CheckIn(before, after *repo.Repo, where string) (*Report, error) {
 		}
 		sort.Strings(names)
 		for _, n := range names {
-			h := Hazard{Kind: kind, Kustomization: n, Resources: byKs[kind][n], Mitigated: true}
+			h := Hazard{Kind: kind, Kustomization: n, Resources: byKs[kind][n], Mitigated: true, DeletionPolicy: b.ks[n].deletionPolicy}
 			for _, r := range h.Resources {
 				h.Mitigated = h.Mitigated && r.Protected
 			}
 			rep.Hazards = append(rep.Hazards, h)
 		}
 	}
-	return rep, nil
+	return rep
 }
 
 // clusterDirs lists the folders a root Kustomization applies: every environment, else base.
@@ -196,7 +288,31 @@ func clusterDirs(r *repo.Repo) ([]string, error) {
 	return out, nil
 }
 
-var waveName = regexp.MustCompile(`-wave-(\d+)(-[a-z0-9-]+)?$`)
+// ID names an object as the report does: "<kind>.<group> <namespace>/<name>"; it also returns
+// "<kind>.<group>".
+func ID(group, kind, namespace, name string) (id, groupKind string) {
+	if group != "" {
+		kind += "." + group
+	}
+	if namespace == "" {
+		return kind + " " + name, kind
+	}
+	return kind + " " + namespace + "/" + name, kind
+}
+
+func ownerOf(k *kustv1.Kustomization) owner {
+	o := owner{name: k.Name, prune: k.Spec.Prune, suspend: k.Spec.Suspend, deletionPolicy: k.Spec.DeletionPolicy}
+	for _, d := range k.Spec.DependsOn {
+		o.dependsOn = append(o.dependsOn, d.Name)
+	}
+	return o
+}
+
+// inAppTier reports whether a Kustomization path lies in the apps folder.
+func inAppTier(p, apps string) bool {
+	p = path.Clean(strings.TrimPrefix(p, "./"))
+	return p == apps || strings.HasPrefix(p, apps+"/")
+}
 
 // load builds the cluster folder and every app-tier Kustomization's path in it.
 func load(r *repo.Repo, where string) (*tree, error) {
@@ -217,137 +333,21 @@ func load(r *repo.Repo, where string) (*tree, error) {
 		if err := yaml.Unmarshal(data, k); err != nil {
 			return nil, fmt.Errorf("decode Kustomization %s (%s): %w", res.GetName(), r.Label, err)
 		}
-		p := path.Clean(strings.TrimPrefix(k.Spec.Path, "./"))
-		if p != r.Layout.Apps && !strings.HasPrefix(p, r.Layout.Apps+"/") {
+		if !inAppTier(k.Spec.Path, r.Layout.Apps) {
 			continue // not the app tier
 		}
-		o := owner{name: k.Name, wave: -1, prune: k.Spec.Prune}
-		if mm := waveName.FindStringSubmatch(k.Name); mm != nil {
-			o.wave, _ = strconv.Atoi(mm[1])
-		}
-		t.ks[k.Name] = o
+		p := path.Clean(strings.TrimPrefix(k.Spec.Path, "./"))
+		t.ks[k.Name] = ownerOf(k)
 		built, err := r.Build(p)
 		if err != nil {
 			return nil, err
 		}
 		for _, obj := range built.Resources() {
 			gvk := obj.GetGvk()
-			kind := gvk.Kind
-			if gvk.Group != "" {
-				kind += "." + gvk.Group
-			}
-			id := kind + " " + obj.GetNamespace() + "/" + obj.GetName()
-			if obj.GetNamespace() == "" {
-				id = kind + " " + obj.GetName()
-			}
+			id, kind := ID(gvk.Group, gvk.Kind, obj.GetNamespace(), obj.GetName())
 			t.owned[id] = Resource{ID: id, Kind: kind, From: k.Name, Protected: obj.GetAnnotations()[PruneAnnotation] == PruneDisabled}
 		}
 	}
 	return t, nil
 }
 
-// Print writes the report and, when there are hazards, the safe sequence.
-func (r *Report) Print(w io.Writer) {
-	fmt.Fprintf(w, "cut-over from %s to the working tree (%s)\n", r.Base, r.Where)
-	for _, k := range r.Removed {
-		fmt.Fprintf(w, "removed Kustomization: %s\n", k)
-	}
-	moves := map[string]int{}
-	var stateful []Resource
-	for _, m := range r.Moving {
-		moves[m.From+" -> "+m.To]++
-		if m.Stateful() {
-			stateful = append(stateful, m)
-		}
-	}
-	keys := make([]string, 0, len(moves))
-	for k := range moves {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	fmt.Fprintf(w, "moving: %d resources\n", len(r.Moving))
-	for _, k := range keys {
-		fmt.Fprintf(w, "  %s: %d\n", k, moves[k])
-	}
-	for _, s := range stateful {
-		fmt.Fprintf(w, "stateful resource moves: %s (%s -> %s)%s\n", s.ID, s.From, s.To, protected(s))
-	}
-	if len(r.Hazards) == 0 {
-		fmt.Fprintln(w, "no hazard: no moving resource can be pruned")
-		return
-	}
-	for _, h := range r.Hazards {
-		state := "UNMITIGATED"
-		if h.Mitigated {
-			state = "mitigated (every resource carries " + PruneAnnotation + ": " + PruneDisabled + ")"
-		}
-		switch h.Kind {
-		case PruneRemoval:
-			fmt.Fprintf(w, "HAZARD %s [%s]: Kustomization %s is removed while it has prune: true at %s; its finalizer deletes the %d resources the new Kustomizations are to adopt\n", h.Kind, state, h.Kustomization, r.Base, len(h.Resources))
-		case MoveUp:
-			fmt.Fprintf(w, "HAZARD %s [%s]: %d resources leave Kustomization %s (prune: true) for a Kustomization that reconciles after it; %s prunes them before they are adopted\n", h.Kind, state, len(h.Resources), h.Kustomization, h.Kustomization)
-		}
-		for _, res := range h.Resources {
-			loss := ""
-			if res.Stateful() {
-				loss = "  DATA LOSS"
-			}
-			fmt.Fprintf(w, "  %s -> %s%s%s\n", res.ID, res.To, protected(res), loss)
-		}
-	}
-	if !r.Unmitigated() {
-		return
-	}
-	fmt.Fprintln(w, "safe sequence:")
-	step := 1
-	for _, h := range r.Hazards {
-		if h.Mitigated {
-			continue
-		}
-		fmt.Fprintf(w, "  %d. merge a change of its own first that sets `prune: false` on Kustomization %s, and wait until\n     `kubectl -n flux-system get kustomization %s -o jsonpath='{.spec.prune}'` prints false\n", step, h.Kustomization, h.Kustomization)
-		step++
-	}
-	fmt.Fprintf(w, "  %d. or, before merging, protect the objects Flux must not delete (at least the stateful ones):\n", step)
-	for _, h := range r.Hazards {
-		for _, res := range h.Resources {
-			if !res.Protected && res.Stateful() {
-				fmt.Fprintf(w, "     %s\n", annotate(res, PruneDisabled))
-			}
-		}
-	}
-	step++
-	fmt.Fprintf(w, "  %d. then merge this change; the new Kustomizations adopt the unchanged objects in place\n", step)
-	step++
-	fmt.Fprintf(w, "  %d. once they own them: restore prune on any Kustomization you kept, and drop the annotations:\n", step)
-	for _, h := range r.Hazards {
-		for _, res := range h.Resources {
-			if !res.Protected && res.Stateful() {
-				fmt.Fprintf(w, "     %s\n", annotate(res, "-"))
-			}
-		}
-	}
-}
-
-func protected(r Resource) string {
-	if r.Protected {
-		return " (prune disabled)"
-	}
-	return ""
-}
-
-func annotate(r Resource, value string) string {
-	kind, rest, _ := strings.Cut(r.ID, " ")
-	ns, name, ok := strings.Cut(rest, "/")
-	if !ok {
-		name, ns = rest, ""
-	}
-	nsFlag := ""
-	if ns != "" {
-		nsFlag = "-n " + ns + " "
-	}
-	arg := PruneAnnotation + "=" + value
-	if value == "-" {
-		arg = PruneAnnotation + "-"
-	}
-	return fmt.Sprintf("kubectl %sannotate %s/%s %s", nsFlag, strings.ToLower(kind), name, arg)
-}

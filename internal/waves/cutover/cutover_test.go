@@ -3,6 +3,8 @@ package cutover
 import (
 	"strings"
 	"testing"
+
+	kustv1 "github.com/fluxcd/kustomize-controller/api/v1"
 )
 
 func TestAnnotateCommands(t *testing.T) {
@@ -28,5 +30,45 @@ func TestPrintWithoutHazards(t *testing.T) {
 	(&Report{Base: "main", Where: "clusters/dev", Moving: []Resource{{ID: "Service a/a", From: "apps-wave-1", To: "apps-wave-0"}}}).Print(&b)
 	if !strings.Contains(b.String(), "apps-wave-1 -> apps-wave-0: 1") || !strings.Contains(b.String(), "no hazard") {
 		t.Fatalf("report:\n%s", b.String())
+	}
+}
+
+func TestParseInventoryEntry(t *testing.T) {
+	e, err := ParseInventoryEntry(kustv1.ResourceRef{ID: "nextcloud-db_nextcloud-db_postgresql.cnpg.io_Cluster", Version: "v1"})
+	if err != nil || e.ID() != "Cluster.postgresql.cnpg.io nextcloud-db/nextcloud-db" || e.Version != "v1" {
+		t.Fatalf("%+v %v", e, err)
+	}
+	if e, err := ParseInventoryEntry(kustv1.ResourceRef{ID: "_media__Namespace", Version: "v1"}); err != nil || e.ID() != "Namespace media" {
+		t.Fatalf("cluster-scoped: %+v %v", e, err)
+	}
+	for _, bad := range []string{"", "a_b_c", "ns__g_Kind", "ns_name_g_"} {
+		if _, err := ParseInventoryEntry(kustv1.ResourceRef{ID: bad}); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
+// The finalizer rules of kustomize-controller v1.9.6 (finalizerShouldDeleteResources).
+func TestDeletesOnRemoval(t *testing.T) {
+	for _, c := range []struct {
+		o    owner
+		want bool
+	}{
+		{owner{prune: true}, true},
+		{owner{prune: false}, false},
+		{owner{prune: true, deletionPolicy: kustv1.DeletionPolicyMirrorPrune}, true},
+		{owner{prune: true, deletionPolicy: kustv1.DeletionPolicyOrphan}, false},
+		{owner{prune: false, deletionPolicy: kustv1.DeletionPolicyDelete}, true},
+		{owner{prune: false, deletionPolicy: kustv1.DeletionPolicyWaitForTermination}, true},
+		{owner{prune: true, suspend: true}, false},
+		{owner{prune: false, suspend: true, deletionPolicy: kustv1.DeletionPolicyDelete}, false},
+		{owner{prune: true, emptyInventory: true}, false},
+	} {
+		if got := c.o.deletesOnRemoval(); got != c.want {
+			t.Errorf("%+v deletes on removal: %t, want %t", c.o, got, c.want)
+		}
+	}
+	if (owner{prune: true, suspend: true}).prunesWhileStaying() || !(owner{prune: true}).prunesWhileStaying() {
+		t.Error("a suspended owner does not prune; an active one with prune does")
 	}
 }
