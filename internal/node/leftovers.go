@@ -114,6 +114,9 @@ func (n *Node) Leftovers() []string {
 	}
 	out = append(out, cgroupLeftovers(n.cgroupRoot)...)
 	out = append(out, n.net.leftovers()...)
+	if exists(filepath.Join(lockDir, strconv.Itoa(n.net.Slot)+".lock")) {
+		out = append(out, "slot lock "+filepath.Join(lockDir, strconv.Itoa(n.net.Slot)+".lock"))
+	}
 	return out
 }
 

@@ -9,7 +9,11 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // The node's addresses come from this range, used only inside the machine: slot i takes
@@ -33,6 +37,77 @@ type network struct {
 	HostIP, NodeIP string
 	// PodCIDR is the pods' subnet, routed from the machine to NodeIP.
 	PodCIDR string
+
+	// lock is the slot's lock file, held (flock) while the node lives, so a slot whose lock is
+	// free belongs to nobody, even if a killed node's namespace is still there.
+	lock *os.File
+}
+
+// lockDir holds one lock file per slot in use.
+const lockDir = "/run/siteops-node"
+
+// claimSlot takes the slot's lock without waiting.
+func claimSlot(slot int) (*os.File, error) {
+	if err := os.MkdirAll(lockDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create %s: %w", lockDir, err)
+	}
+	p := filepath.Join(lockDir, strconv.Itoa(slot)+".lock")
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, err
+	}
+	// The previous holder may have removed the file between our open and flock: then the lock
+	// is on a dead file and proves nothing.
+	var held, named syscall.Stat_t
+	if syscall.Fstat(int(f.Fd()), &held) != nil || syscall.Stat(p, &named) != nil || held.Ino != named.Ino {
+		f.Close()
+		return nil, errors.New("slot lock file replaced")
+	}
+	return f, nil
+}
+
+// release removes and unlocks the slot's lock file.
+func (n *network) release() {
+	if n.lock == nil {
+		return
+	}
+	_ = os.Remove(n.lock.Name())
+	_ = n.lock.Close()
+	n.lock = nil
+}
+
+// removeStale deletes a dead node's namespace, veth and cgroups in this slot.
+func (n network) removeStale(ctx context.Context) error {
+	if err := n.removeLinks(ctx); err != nil {
+		return err
+	}
+	return removeCgroupRoot("/"+n.Netns, 5*time.Second)
+}
+
+// Sweep removes what nodes killed without Stop left behind (their processes die with them; their
+// network namespaces, veth pairs and cgroups stay). Slots of running nodes are left alone.
+func Sweep(ctx context.Context) error {
+	var errs []error
+	for slot := range slots {
+		n := networkFor(slot)
+		if !exists(n.NetnsPath()) && !exists(filepath.Join(lockDir, strconv.Itoa(slot)+".lock")) && len(cgroupLeftovers("/"+n.Netns)) == 0 {
+			continue
+		}
+		lock, err := claimSlot(slot)
+		if err != nil {
+			continue
+		}
+		n.lock = lock
+		if err := n.removeStale(ctx); err != nil {
+			errs = append(errs, err)
+		}
+		n.release()
+	}
+	return errors.Join(errs...)
 }
 
 func networkFor(slot int) network {
@@ -63,12 +138,22 @@ func setupNetwork(ctx context.Context) (network, error) {
 		if overlaps(block, used) {
 			continue
 		}
-		// `ip netns add` fails when the name exists: that is the claim.
+		lock, err := claimSlot(n.Slot)
+		if err != nil {
+			continue
+		}
+		n.lock = lock
+		// Whatever still holds this slot was left by a node whose process died: remove it.
+		if err := n.removeStale(ctx); err != nil {
+			n.release()
+			continue
+		}
 		if err := run(ctx, "ip", "netns", "add", n.Netns); err != nil {
+			n.release()
 			continue
 		}
 		if err := n.build(ctx); err != nil {
-			n.teardown(context.WithoutCancel(ctx))
+			_ = n.teardown(context.WithoutCancel(ctx))
 			return network{}, err
 		}
 		return n, nil
@@ -97,8 +182,16 @@ func (n network) build(ctx context.Context) error {
 }
 
 // teardown deletes the namespace (with it the bridge, the veth pair and the route) and, should
-// the veth outlive it, the machine's end.
-func (n network) teardown(ctx context.Context) error {
+// the veth outlive it, the machine's end; then it frees the slot.
+func (n *network) teardown(ctx context.Context) error {
+	err := n.removeLinks(ctx)
+	if err == nil {
+		n.release()
+	}
+	return err
+}
+
+func (n network) removeLinks(ctx context.Context) error {
 	var errs []error
 	if err := run(ctx, "ip", "netns", "delete", n.Netns); err != nil && exists(n.NetnsPath()) {
 		errs = append(errs, err)
