@@ -69,11 +69,11 @@ test-tools:
 
 ## node-tools: also kubelet, kube-scheduler, kube-controller-manager, containerd, runc and the CNI plugins (a real node)
 node-tools: test-tools
-	@hack/install-debian-packages.sh libseccomp-dev pkg-config iptables conntrack
+	@hack/install-debian-packages.sh libseccomp-dev pkg-config iptables conntrack iproute2 procps
 	@hack/build-test-tools.sh --node >/dev/null
 
 ## test: set up everything the tests need, then run every test
-test: test-deps test-tools check-manifests vet
+test: test-deps test-tools node-tools image check-manifests vet
 	go test -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./...
 
 ## unit: tests that need no server (short mode)
