@@ -2,19 +2,12 @@ package source
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/url"
-	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/net/proxy"
 
 	"github.com/siteops/siteops/internal/egress"
 )
@@ -177,36 +170,10 @@ func (b *countingBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// SSH connections go through go-git's proxy support, the one place it lets a caller dial: the
-// endpoint's proxy URL names a dialer registered here, which dials through the URL policy, counts
-// the bytes received against the operation's limit and holds the operation's deadline.
-const sshDialScheme = "siteops-source"
-
-var (
-	sshDialers   sync.Map // id → *sshDialer
-	registerOnce sync.Once
-)
-
-type sshDialer struct {
-	policy   *egress.Policy
-	op       *op
-	deadline time.Time
-}
-
-// sshRoute registers a dialer for one SSH operation and returns its proxy URL and its release.
+// sshRoute routes one SSH operation's connections through the URL policy (see
+// egress.Policy.SSHProxy): they count the bytes received against the operation's limit and end
+// at its deadline. It returns the proxy URL for go-git's endpoint and its release.
 func sshRoute(ctx context.Context, p *egress.Policy, o *op) (string, func()) {
-	registerOnce.Do(func() {
-		proxy.RegisterDialerType(sshDialScheme, func(u *url.URL, _ proxy.Dialer) (proxy.Dialer, error) {
-			d, ok := sshDialers.Load(u.Host)
-			if !ok {
-				return nil, errors.New("the SSH operation already ended")
-			}
-			return d.(*sshDialer), nil
-		})
-	})
-	buf := make([]byte, 16)
-	_, _ = rand.Read(buf)
-	id := hex.EncodeToString(buf)
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(o.timeout)
@@ -214,28 +181,11 @@ func sshRoute(ctx context.Context, p *egress.Policy, o *op) (string, func()) {
 	if p == nil {
 		p = defaultEgress
 	}
-	sshDialers.Store(id, &sshDialer{policy: p, op: o, deadline: deadline})
-	return sshDialScheme + "://" + id, func() { sshDialers.Delete(id) }
-}
-
-func (d *sshDialer) Dial(network, addr string) (net.Conn, error) {
-	return d.DialContext(context.Background(), network, addr)
-}
-
-func (d *sshDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	ctx, cancel := context.WithDeadline(ctx, d.deadline)
-	defer cancel()
-	c, err := d.policy.DialContext(ctx, network, addr)
-	if err != nil {
-		d.op.noteRefused(err)
-		return nil, err
-	}
-	// The whole SSH session ends at the operation's deadline, even if the remote stops answering.
-	if err := c.SetDeadline(d.deadline); err != nil {
-		_ = c.Close()
-		return nil, fmt.Errorf("set the SSH connection's deadline: %w", err)
-	}
-	return &countingConn{Conn: c, op: d.op}, nil
+	return p.SSHProxy(egress.SSHRoute{
+		Deadline: deadline,
+		Wrap:     func(c net.Conn) net.Conn { return &countingConn{Conn: c, op: o} },
+		Refused:  func(r *egress.Refused) { o.refused.Store(r) },
+	})
 }
 
 type countingConn struct {
