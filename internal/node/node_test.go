@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -88,6 +89,16 @@ func TestNodeRunsSitePod(t *testing.T) {
 	}
 	if body, err := get(base + "/.decofile?content=true"); err != nil || !strings.Contains(body, "pushed") {
 		t.Fatalf("after the push the pod serves %q (%v)", body, err)
+	}
+
+	// The API server reaches the kubelet with its client certificate: the container's log.
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs, err := cs.CoreV1().Pods(ns).GetLogs("site", &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil || !strings.Contains(string(logs), "reload enabled") {
+		t.Fatalf("pod log through the API server: %q (%v)", logs, err)
 	}
 
 	stopStart := time.Now()
