@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -191,4 +192,54 @@ func iptablesRules(t *testing.T) string {
 		keep = append(keep, l)
 	}
 	return strings.Join(keep, "\n")
+}
+
+// TestNodeRunsDeployment runs the site image as a Deployment: kube-controller-manager makes the
+// Pods, kube-scheduler places them on the node, and each answers at its pod IP.
+func TestNodeRunsDeployment(t *testing.T) {
+	c := testenv.APIServer(t)
+	c.Controllers(t)
+	n := c.Node(t, testenv.ImageArchive(t, "siteops-site"))
+	ctx := context.Background()
+	ns := c.Namespace(t, "deploy", nil)
+	labels := map[string]string{"app": "site"}
+	pod := sitePod(ns, "")
+	pod.Spec.Containers[0].Env = nil
+	pod.Spec.Containers[0].VolumeMounts, pod.Spec.Volumes = nil, nil
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "site", Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](2),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: pod.Spec},
+		},
+	}
+	start := time.Now()
+	if err := c.Client.Create(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	var pods corev1.PodList
+	testenv.Eventually(t, 90*time.Second, func() error {
+		if err := c.Client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels(labels)); err != nil {
+			return err
+		}
+		running := 0
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" && p.Spec.NodeName == n.Name {
+				running++
+			}
+		}
+		if running != 2 {
+			return fmt.Errorf("%d of %d pods Running on %s", running, len(pods.Items), n.Name)
+		}
+		return nil
+	})
+	t.Logf("2 replicas Running after %s", time.Since(start).Round(time.Millisecond))
+	for _, p := range pods.Items {
+		ip := p.Status.PodIP
+		testenv.Eventually(t, 20*time.Second, func() error {
+			_, err := get("http://" + ip + ":8000/.decofile")
+			return err
+		})
+	}
 }

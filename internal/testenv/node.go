@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -103,6 +104,55 @@ func (c *Cluster) Node(t testing.TB, images ...string) *node.Node {
 		}
 	})
 	return n
+}
+
+var (
+	controllersMu sync.Mutex
+	controllers   = map[*Cluster]*runningControllers{}
+)
+
+type runningControllers struct {
+	ctl   *node.Controllers
+	users int
+}
+
+// Controllers runs kube-scheduler and kube-controller-manager for c while the test (and any
+// other test using them on c) runs, so Deployments, scheduling and namespace deletion work.
+// They are stopped before the API server, which would otherwise wait for their watches to end.
+// It skips like RequireNode.
+func (c *Cluster) Controllers(t testing.TB) {
+	t.Helper()
+	RequireNode(t)
+	controllersMu.Lock()
+	defer controllersMu.Unlock()
+	r := controllers[c]
+	if r == nil {
+		dir, err := os.MkdirTemp("", "siteops-controllers-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctl, err := node.StartControllers(context.Background(), c.KubeConfig, dir, "")
+		if err != nil {
+			t.Fatalf("start kube-scheduler and kube-controller-manager: %v", err)
+		}
+		r = &runningControllers{ctl: ctl}
+		controllers[c] = r
+	}
+	r.users++
+	t.Cleanup(func() {
+		controllersMu.Lock()
+		defer controllersMu.Unlock()
+		if r.users--; r.users > 0 {
+			return
+		}
+		delete(controllers, c)
+		if err := r.ctl.Stop(); err != nil {
+			t.Errorf("stop controllers: %v", err)
+		}
+		if !t.Failed() {
+			_ = os.RemoveAll(r.ctl.Dir)
+		}
+	})
 }
 
 // logTails logs the last lines of the node's logs.
