@@ -295,7 +295,7 @@ func (g *Git) fail(ctx context.Context, o *op, rawURL string, err error) error {
 		// The text is the SSH client's own; only the fact is reported.
 		return errorf(ReasonUnauthorized, false, "%s: SSH handshake failed: the host key is not in known_hosts or the identity was refused; check known_hosts and identity in spec.git.secretRef", target)
 	}
-	return errorf(ReasonUnavailable, true, "%s: %s; check spec.git.url (retrying)", target, netDetail(err))
+	return errorf(ReasonUnavailable, true, "%s: %s; check spec.git.url (retrying)", target, egress.NetDetail(err))
 }
 
 func httpStatus(code int) string {

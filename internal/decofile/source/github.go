@@ -184,7 +184,7 @@ func requestError(ctx context.Context, o *op, what, setting string, err error) e
 	if e := o.classify(ctx, what, err); e != nil {
 		return e
 	}
-	return errorf(ReasonUnavailable, true, "%s: %s; check %s (retrying)", what, netDetail(err), setting)
+	return errorf(ReasonUnavailable, true, "%s: %s; check %s (retrying)", what, egress.NetDetail(err), setting)
 }
 
 // statusError describes an answer that is not a success by its HTTP status and what to check.

@@ -93,32 +93,10 @@ func (o *op) classify(ctx context.Context, what string, err error) error {
 		var r *egress.Refused
 		errors.As(err, &r)
 		return errorf(ReasonNotAllowed, false, "%s: %w", what, r)
-	case errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
+	case errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) || egress.IsTimeout(err):
 		return errorf(ReasonUnavailable, true, "%s: no complete answer within %s (%s); retrying", what, o.timeout, flagTimeout)
 	}
 	return nil
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
-
-// netDetail describes a connection failure by its network error only (address, DNS, refused,
-// reset): never a text the remote produced.
-func netDetail(err error) string {
-	var dns *net.DNSError
-	if errors.As(err, &dns) {
-		return dns.Error()
-	}
-	var oe *net.OpError
-	if errors.As(err, &oe) {
-		return oe.Error()
-	}
-	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		return "the connection closed early"
-	}
-	return "the remote's answer could not be read"
 }
 
 // sourceTransport is the HTTP transport of the sources: it dials through the URL policy, counts

@@ -55,7 +55,7 @@ func liveHeap() uint64 {
 func rejectedPushLoad(t testing.TB, changes, objects, sampleEvery int) (uint64, *Writer) {
 	t.Helper()
 	url, _ := rejectingRemote(t, "frozen")
-	w := New(Config{URL: url, Branch: "main", Committer: Signature{"Mirror", "mirror@example.com"}, Window: 10 * time.Millisecond, RetryInterval: 20 * time.Millisecond})
+	w := New(Config{URL: url, Branch: "main", Committer: Signature{"Mirror", "mirror@example.com"}, Window: 10 * time.Millisecond, RetryInterval: 20 * time.Millisecond, Egress: localEgress(t)})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = w.Run(ctx); close(done) }()

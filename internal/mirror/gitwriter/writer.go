@@ -20,17 +20,17 @@ import (
 	"time"
 
 	git "github.com/go-git/go-git/v5"
-	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp"
+	"github.com/go-git/go-git/v5/plumbing/protocol/packp/capability"
 	"github.com/go-git/go-git/v5/plumbing/transport"
-	"github.com/go-git/go-git/v5/plumbing/transport/client"
 	"golang.org/x/sync/semaphore"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/siteops/siteops/internal/egress"
 	"github.com/siteops/siteops/internal/mirror/metrics"
 )
 
@@ -118,6 +118,11 @@ type Config struct {
 	URL, Branch string
 	// Auth authenticates to the remote; nil for anonymous.
 	Auth transport.AuthMethod
+	// Egress decides which URLs and destinations the writer may connect to (every fetch and
+	// push, redirects included); nil allows https and ssh to public addresses only.
+	Egress *egress.Policy
+	// Timeout bounds each fetch and each push; 0 means DefaultTimeout.
+	Timeout time.Duration
 	// Committer is the identity of every commit, and the author when a change names none.
 	Committer Signature
 	// Window batches changes into one commit: a batch closes when no change arrived for
@@ -158,9 +163,10 @@ type Status struct {
 
 // Writer commits and pushes Ops for one repository and branch. Run it with Run.
 type Writer struct {
-	cfg  Config
-	in   chan Op
-	name string
+	cfg    Config
+	in     chan Op
+	name   string
+	remote *remote
 
 	repo  *git.Repository
 	store *objectStore
@@ -203,7 +209,7 @@ func New(cfg Config) *Writer {
 	if cfg.MaxQueuedBytes <= 0 {
 		cfg.MaxQueuedBytes = 64 << 20
 	}
-	return &Writer{cfg: cfg, in: make(chan Op, 4096), name: cfg.URL + "#" + cfg.Branch, commands: make(chan commandRequest), stopped: make(chan struct{}),
+	return &Writer{cfg: cfg, in: make(chan Op, 4096), name: Redact(cfg.URL) + "#" + cfg.Branch, remote: newRemote(cfg), commands: make(chan commandRequest), stopped: make(chan struct{}),
 		queuedBytes: semaphore.NewWeighted(cfg.MaxQueuedBytes)}
 }
 
@@ -264,7 +270,7 @@ func (w *Writer) setStatus(fn func(*Status)) {
 // Run clones the remote and processes ops until ctx ends; pending ops get a last push attempt.
 func (w *Writer) Run(ctx context.Context) error {
 	defer close(w.stopped)
-	log := logf.FromContext(ctx).WithValues("remote", w.cfg.URL, "branch", w.cfg.Branch)
+	log := logf.FromContext(ctx).WithValues("remote", w.remote.shown, "branch", w.cfg.Branch)
 	backoff := w.cfg.RetryInterval
 	for {
 		err := w.open(ctx)
@@ -414,9 +420,6 @@ func (w *Writer) open(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("init in-memory repository: %w", err)
 	}
-	if _, err := repo.CreateRemote(&config.RemoteConfig{Name: "origin", URLs: []string{w.cfg.URL}}); err != nil {
-		return fmt.Errorf("configure remote: %w", err)
-	}
 	w.repo, w.store = repo, st
 	if _, err := w.fetch(ctx); err != nil {
 		return err
@@ -441,34 +444,70 @@ func (w *Writer) remoteRef() plumbing.ReferenceName {
 }
 
 // fetch updates the remote-tracking branch and returns whether the remote tip differs from
-// the writer's tip. A missing branch leaves the tip empty.
+// the writer's tip. A missing branch leaves the tip empty. Only the tip commit is fetched
+// (depth 1): the writer only builds on the tip, so history is never needed in memory.
 func (w *Writer) fetch(ctx context.Context) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	ctx, ex, cancel := w.remote.begin(ctx)
 	defer cancel()
-	spec := config.RefSpec(fmt.Sprintf("+refs/heads/%s:%s", w.cfg.Branch, w.remoteRef()))
-	// Depth 1: the writer only builds on the tip, so history is never needed in memory.
-	err := w.repo.FetchContext(ctx, &git.FetchOptions{RemoteName: "origin", RefSpecs: []config.RefSpec{spec}, Auth: w.cfg.Auth, Force: true, Depth: 1})
-	switch {
-	case err == nil, errors.Is(err, git.NoErrAlreadyUpToDate):
-	case errors.Is(err, transport.ErrEmptyRemoteRepository), isMissingRef(err):
+	what := fmt.Sprintf("fetch %s from %s", w.cfg.Branch, w.remote.shown)
+	sess, release, err := w.remote.uploadPack(ctx, ex)
+	if err != nil {
+		return false, w.remote.describe(ctx, ex, what, err)
+	}
+	defer release()
+	ar, err := sess.AdvertisedReferencesContext(ctx)
+	missing := errors.Is(err, transport.ErrEmptyRemoteRepository)
+	if err != nil && !missing {
+		return false, w.remote.describe(ctx, ex, what, err)
+	}
+	var tip plumbing.Hash
+	if !missing {
+		if refs, err := ar.AllReferences(); err == nil {
+			if ref, err := refs.Reference(plumbing.NewBranchReferenceName(w.cfg.Branch)); err == nil {
+				tip = ref.Hash()
+			}
+		}
+	}
+	if tip.IsZero() {
 		moved := !w.tip.IsZero()
 		w.tip = plumbing.ZeroHash
 		return moved, nil
-	default:
-		return false, fmt.Errorf("fetch %s from %s: %w", w.cfg.Branch, w.cfg.URL, err)
 	}
-	ref, err := w.repo.Reference(w.remoteRef(), true)
-	if err != nil {
-		return false, fmt.Errorf("read fetched branch %s: %w", w.cfg.Branch, err)
+	if _, err := w.repo.Storer.EncodedObject(plumbing.CommitObject, tip); err != nil {
+		req := packp.NewUploadPackRequestFromCapabilities(ar.Capabilities)
+		req.Wants = []plumbing.Hash{tip}
+		req.Depth = packp.DepthCommits(1)
+		if err := req.Capabilities.Set(capability.Shallow); err != nil {
+			return false, fmt.Errorf("%s: request a shallow fetch: %w", what, err)
+		}
+		// No side bands: the remote's progress and messages are never read.
+		req.Capabilities.Delete(capability.Sideband64k)
+		req.Capabilities.Delete(capability.Sideband)
+		if ar.Capabilities.Supports(capability.NoProgress) {
+			_ = req.Capabilities.Set(capability.NoProgress)
+		}
+		if !w.tip.IsZero() {
+			// The remote then sends only what changed since the writer's tip.
+			req.Haves = []plumbing.Hash{w.tip}
+		}
+		resp, err := sess.UploadPack(ctx, req)
+		if err == nil {
+			err = packfile.UpdateObjectStorage(w.repo.Storer, resp)
+			_ = resp.Close()
+		}
+		if err != nil {
+			return false, w.remote.describe(ctx, ex, what, err)
+		}
+		if _, err := w.repo.Storer.EncodedObject(plumbing.CommitObject, tip); err != nil {
+			return false, &RemoteError{msg: fmt.Sprintf("%s: the remote did not send commit %s; retrying", what, tip)}
+		}
 	}
-	moved := ref.Hash() != w.tip
-	w.tip = ref.Hash()
+	if err := w.repo.Storer.SetReference(plumbing.NewHashReference(w.remoteRef(), tip)); err != nil {
+		return false, fmt.Errorf("record fetched branch %s: %w", w.cfg.Branch, err)
+	}
+	moved := tip != w.tip
+	w.tip = tip
 	return moved, nil
-}
-
-func isMissingRef(err error) bool {
-	var nm git.NoMatchingRefSpecError
-	return errors.As(err, &nm) || strings.Contains(err.Error(), "couldn't find remote ref")
 }
 
 // flush commits ops on the current tip and pushes, rebuilding on a moved remote. cmd, when set,
@@ -555,24 +594,17 @@ var errRemoteMoved = errors.New("the remote branch moved")
 // Unlike a generic push it never walks the history, so its cost follows the batch, not the
 // repository's age.
 func (w *Writer) push(ctx context.Context, base, newTip plumbing.Hash, objects []plumbing.Hash) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	ctx, ex, cancel := w.remote.begin(ctx)
 	defer cancel()
-	ep, err := transport.NewEndpoint(w.cfg.URL)
+	what := fmt.Sprintf("push %s to %s", w.cfg.Branch, w.remote.shown)
+	sess, release, err := w.remote.receivePack(ctx, ex)
 	if err != nil {
-		return fmt.Errorf("parse remote URL %s: %w", w.cfg.URL, err)
+		return w.remote.describe(ctx, ex, what, err)
 	}
-	cl, err := client.NewClient(ep)
-	if err != nil {
-		return fmt.Errorf("remote %s: %w", w.cfg.URL, err)
-	}
-	sess, err := cl.NewReceivePackSession(ep, w.cfg.Auth)
-	if err != nil {
-		return fmt.Errorf("connect to %s: %w", w.cfg.URL, err)
-	}
-	defer sess.Close()
+	defer release()
 	ar, err := sess.AdvertisedReferencesContext(ctx)
 	if err != nil {
-		return fmt.Errorf("read references of %s: %w", w.cfg.URL, err)
+		return w.remote.describe(ctx, ex, what, err)
 	}
 	name := plumbing.NewBranchReferenceName(w.cfg.Branch)
 	current := plumbing.ZeroHash
@@ -582,7 +614,7 @@ func (w *Writer) push(ctx context.Context, base, newTip plumbing.Hash, objects [
 		}
 	}
 	if current != base {
-		return fmt.Errorf("push %s to %s: %w (at %s, expected %s)", w.cfg.Branch, w.cfg.URL, errRemoteMoved, current, base)
+		return fmt.Errorf("%s: %w (at %s, expected %s)", what, errRemoteMoved, current, base)
 	}
 	req := packp.NewReferenceUpdateRequestFromCapabilities(ar.Capabilities)
 	req.Commands = []*packp.Command{{Name: name, Old: base, New: newTip}}
@@ -596,13 +628,14 @@ func (w *Writer) push(ctx context.Context, base, newTip plumbing.Hash, objects [
 	rs, err := sess.ReceivePack(ctx, req)
 	_ = rd.Close()
 	if eerr := <-encoded; err == nil && eerr != nil {
-		err = eerr
+		return fmt.Errorf("%s: encode the objects: %w", what, eerr)
 	}
-	if err == nil && rs != nil {
-		err = rs.Error()
+	if rs != nil && rs.Error() != nil {
+		// The report's words are the remote's: only the fact is kept.
+		err = errPushRefused
 	}
 	if err != nil {
-		return fmt.Errorf("push %s to %s: %w", w.cfg.Branch, w.cfg.URL, err)
+		return w.remote.describe(ctx, ex, what, err)
 	}
 	_ = w.repo.Storer.SetReference(plumbing.NewHashReference(w.remoteRef(), newTip))
 	return nil

@@ -64,6 +64,10 @@ func upsert(path, content, rv string) Op {
 
 func startWriter(t *testing.T, cfg Config) (*Writer, context.CancelFunc) {
 	t.Helper()
+	if cfg.Egress == nil {
+		// The test remotes serve plain HTTP on loopback.
+		cfg.Egress = localEgress(t)
+	}
 	w := New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

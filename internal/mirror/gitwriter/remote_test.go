@@ -1,0 +1,123 @@
+package gitwriter
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/siteops/siteops/internal/egress"
+	"github.com/siteops/siteops/internal/testenv"
+)
+
+// syncBuffer collects log lines written from several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) add(line string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.WriteString(line + "\n")
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestRemoteAnswersNeverShow: a remote the platform allowed answers with error pages, a git
+// error line and garbage, each carrying a marker. The writer's status and logs say what failed
+// (the HTTP status, what to check) and never carry the marker.
+func TestRemoteAnswersNeverShow(t *testing.T) {
+	const marker = "REMOTE-WORDS-7f3a"
+	cases := map[string]http.HandlerFunc{
+		"401": func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(marker))
+		},
+		"403": func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = w.Write([]byte(marker))
+		},
+		"404": func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(marker))
+		},
+		"500": func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = w.Write([]byte(marker))
+		},
+		"garbage": func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = w.Write([]byte(marker))
+		},
+		"err-line": func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/x-git-upload-pack-advertisement")
+			line := "ERR " + marker + "\n"
+			_, _ = w.Write([]byte(strings.ToLower(hex4(len(line)+4)) + line))
+		},
+	}
+	for name, h := range cases {
+		t.Run(name, func(t *testing.T) {
+			var requests atomic.Int64
+			l := testenv.LoopbackListener(t)
+			srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				requests.Add(1)
+				h(w, r)
+			})}
+			go func() { _ = srv.Serve(l) }()
+			t.Cleanup(func() { _ = srv.Close() })
+
+			logs := &syncBuffer{}
+			log := funcr.New(func(prefix, args string) { logs.add(prefix + " " + args) }, funcr.Options{Verbosity: 10})
+			w := New(Config{URL: "http://" + l.Addr().String() + "/org/repo.git", Branch: "main", Committer: Signature{"Mirror", "mirror@example.com"},
+				RetryInterval: 10 * time.Millisecond, Egress: localEgress(t)})
+			ctx, cancel := context.WithCancel(logf.IntoContext(context.Background(), log))
+			done := make(chan struct{})
+			go func() { _ = w.Run(ctx); close(done) }()
+			testenv.Eventually(t, 10*time.Second, func() error {
+				if requests.Load() < 2 || w.Status().LastError == nil {
+					return errString("no failed attempt yet")
+				}
+				return nil
+			})
+			cancel()
+			<-done
+			msg := w.Status().LastError.Error()
+			if strings.Contains(msg, marker) {
+				t.Fatalf("the writer's error quotes the remote: %s", msg)
+			}
+			if strings.Contains(logs.String(), marker) {
+				t.Fatalf("the writer's logs quote the remote:\n%s", logs)
+			}
+			if code := strings.TrimPrefix(name, ""); len(code) == 3 && !strings.Contains(msg, "HTTP "+code) {
+				t.Fatalf("error %q does not name the HTTP status %s", msg, code)
+			}
+			t.Logf("%s: %s", name, msg)
+		})
+	}
+}
+
+type errString string
+
+func (e errString) Error() string { return string(e) }
+
+func hex4(n int) string {
+	const digits = "0123456789abcdef"
+	return string([]byte{digits[n>>12&0xf], digits[n>>8&0xf], digits[n>>4&0xf], digits[n&0xf]})
+}
+
+// localEgress allows what the tests' git remotes need: plain HTTP on loopback.
+func localEgress(t testing.TB) *egress.Policy {
+	t.Helper()
+	return egress.MustNew(egress.Config{Schemes: []string{"https", "ssh", "http"}, Hosts: []string{"127.0.0.0/8"}})
+}
