@@ -94,6 +94,7 @@ func newCatalogRenderCommand() *cobra.Command {
 type repoFlags struct {
 	dir, catalog, apps, clusters string
 	prefix, root                 string
+	granularity                  string
 }
 
 func (f *repoFlags) bind(fs *pflag.FlagSet) {
@@ -103,6 +104,7 @@ func (f *repoFlags) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&f.clusters, "clusters", repo.DefaultLayout.Clusters, "clusters folder, relative to the repository root")
 	fs.StringVar(&f.prefix, "prefix", plan.DefaultOptions.Prefix, "wave Kustomizations are named <prefix>-wave-<N>")
 	fs.StringVar(&f.root, "root", plan.DefaultOptions.Root, "Kustomization the first wave depends on")
+	fs.StringVar(&f.granularity, "granularity", "", "one Flux Kustomization per wave or per service (default: the layout the repository has, else wave)")
 }
 
 func (f *repoFlags) layout() repo.Layout {
@@ -117,9 +119,14 @@ func (f *repoFlags) layout() repo.Layout {
 	return l
 }
 
-func (f *repoFlags) planOptions() plan.Options { return plan.Options{Prefix: f.prefix, Root: f.root} }
+func (f *repoFlags) planOptions() plan.Options {
+	return plan.Options{Prefix: f.prefix, Root: f.root, Granularity: plan.Granularity(f.granularity)}
+}
 
 func (f *repoFlags) load() (*waves.State, error) {
+	if err := f.checkGranularity(); err != nil {
+		return nil, err
+	}
 	if f.dir == "." && f.catalog != "" {
 		// A bare --catalog names the catalog; the repository is its parent.
 		f.dir = filepath.Dir(filepath.Clean(f.catalog))
@@ -129,6 +136,14 @@ func (f *repoFlags) load() (*waves.State, error) {
 		return nil, err
 	}
 	return waves.Load(r, f.planOptions())
+}
+
+func (f *repoFlags) checkGranularity() error {
+	switch plan.Granularity(f.granularity) {
+	case "", plan.ByWave, plan.ByService:
+		return nil
+	}
+	return fmt.Errorf("--granularity %q: want wave or service", f.granularity)
 }
 
 func newWavesCommand() *cobra.Command {
@@ -225,7 +240,7 @@ func newWavesPlanCommand() *cobra.Command {
 				if g.NonGating {
 					extra = " (non-gating)"
 				}
-				fmt.Fprintf(out, "wave %d  %s%s  dependsOn %s  ./%s/%s\n", g.Wave, g.Name, extra, g.DependsOn, f.apps, g.Dir)
+				fmt.Fprintf(out, "wave %d  %s%s  dependsOn %s  ./%s/%s\n", g.Wave, g.Name, extra, strings.Join(g.DependsOn, ","), f.apps, g.Dir)
 				for _, file := range g.Files {
 					fmt.Fprintf(out, "    %s\n", file)
 				}
@@ -304,6 +319,9 @@ func newWavesLintCommand() *cobra.Command {
 		Short: "Check the wave layout; one line per problem, non-zero exit on any",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := f.checkGranularity(); err != nil {
+				return err
+			}
 			r, err := repo.OnDisk(f.dir, f.layout())
 			if err != nil {
 				return err
@@ -315,6 +333,10 @@ func newWavesLintCommand() *cobra.Command {
 			}
 			if len(res.Problems) > 0 {
 				return fmt.Errorf("%w: %d", errProblems, len(res.Problems))
+			}
+			if res.Granularity == plan.ByService {
+				fmt.Fprintf(cmd.OutOrStdout(), "ok: %d Kustomizations by service, %d resources\n", res.Waves, res.Resources)
+				return nil
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "ok: %d waves, %d resources\n", res.Waves, res.Resources)
 			return nil

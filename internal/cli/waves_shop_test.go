@@ -125,7 +125,7 @@ func TestShopPrintAndPlan(t *testing.T) {
 		t.Fatalf("not placed %v, misplaced %d", p.NotPlaced, len(p.Misplaced))
 	}
 	last := p.Groups[len(p.Groups)-1]
-	if !last.NonGating || last.Name != "apps-wave-4-load-generator" || last.DependsOn != "apps-wave-3" {
+	if !last.NonGating || last.Name != "apps-wave-4-load-generator" || strings.Join(last.DependsOn, ",") != "apps-wave-3" {
 		t.Fatalf("non-gating unit group %+v", last)
 	}
 }

@@ -2,6 +2,8 @@ package waves
 
 import (
 	"fmt"
+	"path/filepath"
+	"strings"
 
 	"github.com/siteops/siteops/internal/waves/catalog"
 	"github.com/siteops/siteops/internal/waves/graph"
@@ -19,8 +21,12 @@ type State struct {
 	Plan    *plan.Plan
 }
 
-// Load reads the catalog of r, computes the waves and plans the committed app files.
+// Load reads the catalog of r, computes the waves and plans the committed app files. Without a
+// granularity in o, the repository's layout decides (see Granularity).
 func Load(r *repo.Repo, o plan.Options) (*State, error) {
+	if o.Granularity == "" {
+		o.Granularity = Granularity(r)
+	}
 	c, err := catalog.LoadDir(r.FS, r.Path(r.Layout.Catalog))
 	if err != nil {
 		return nil, fmt.Errorf("catalog (%s): %w", r.Label, err)
@@ -38,4 +44,24 @@ func Load(r *repo.Repo, o plan.Options) (*State, error) {
 		return nil, fmt.Errorf("plan (%s): %w", r.Label, err)
 	}
 	return &State{Repo: r, Catalog: c, Waves: w, Present: present, Plan: p}, nil
+}
+
+// Granularity tells the layout a repository uses: per service when the apps folder holds a
+// folder with a kustomization.yaml that is not a wave folder (wave-<N>, wave-<N>-<unit>), by
+// wave otherwise (also before the first emit).
+func Granularity(r *repo.Repo) plan.Granularity {
+	apps := r.Path(r.Layout.Apps)
+	names, err := r.FS.ReadDir(apps)
+	if err != nil {
+		return plan.ByWave
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, "wave-") || !r.FS.IsDir(filepath.Join(apps, n)) {
+			continue
+		}
+		if r.FS.Exists(filepath.Join(apps, n, "kustomization.yaml")) {
+			return plan.ByService
+		}
+	}
+	return plan.ByWave
 }

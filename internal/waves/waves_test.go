@@ -155,7 +155,7 @@ func TestSeedWaveTable(t *testing.T) {
 	}
 	var chain []string
 	for _, g := range s.Plan.Groups {
-		chain = append(chain, g.DependsOn+"->"+g.Name)
+		chain = append(chain, strings.Join(g.DependsOn, ",")+"->"+g.Name)
 	}
 	if want := []string{"platform-config->apps-wave-0", "apps-wave-0->apps-wave-1", "apps-wave-1->apps-wave-2"}; !reflect.DeepEqual(chain, want) {
 		t.Errorf("chain %v, want %v", chain, want)

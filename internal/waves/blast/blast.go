@@ -68,26 +68,11 @@ type calc struct {
 func newCalc(w *graph.Waves, o Options) *calc {
 	c := &calc{w: w, o: o, nodes: w.Nodes(), waitsFor: map[string][]string{}}
 	for _, n := range c.nodes {
-		for _, d := range ExactDependencies(w, o.Units, n) {
+		for _, d := range w.ExactDependencies(n) {
 			c.waitsFor[d] = append(c.waitsFor[d], n)
 		}
 	}
 	return c
-}
-
-// ExactDependencies returns the nodes a node's own Kustomization waits for under per-service
-// granularity: a service's dependencies; for an extra unit placed above its anchor, the anchor;
-// for one in its anchor's wave, what the anchor waits for (the two run side by side, as in the
-// wave layout).
-func ExactDependencies(w *graph.Waves, units map[string]Unit, node string) []string {
-	deps := w.DependsOn(node)
-	if len(deps) == 0 {
-		return nil
-	}
-	if w.Kind(node) != graph.KindUnit || units[node].Above {
-		return deps
-	}
-	return ExactDependencies(w, units, deps[0])
 }
 
 func (c *calc) count(n string) bool { return c.o.Count == nil || c.o.Count(n) }

@@ -73,9 +73,9 @@ func TestCountOnlyPlaced(t *testing.T) {
 }
 
 func TestExactDependencies(t *testing.T) {
-	w, o := small(t)
+	w, _ := small(t)
 	for n, want := range map[string][]string{"d": {"c"}, "u": {"c"}, "v": nil, "h": {"a"}, "g": {"b"}} {
-		if got := ExactDependencies(w, o.Units, n); !reflect.DeepEqual(got, want) {
+		if got := w.ExactDependencies(n); !reflect.DeepEqual(got, want) {
 			t.Errorf("%s waits for %v, want %v", n, got, want)
 		}
 	}

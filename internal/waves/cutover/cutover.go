@@ -350,4 +350,3 @@ func load(r *repo.Repo, where string) (*tree, error) {
 	}
 	return t, nil
 }
-

@@ -55,7 +55,7 @@ func (e *Emitter) decryptionPatches(env string, retire, inBase bool) error {
 				kept = append(kept, n)
 				continue
 			}
-			isWave := strings.HasPrefix(name, old+"-wave-")
+			isWave := strings.HasPrefix(name, old+"-wave-") || e.generated[name] || want[name]
 			if template == nil && (isWave || name == old) {
 				template, templateName = n, name
 			}

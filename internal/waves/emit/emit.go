@@ -72,6 +72,9 @@ type Emitter struct {
 	p       *plan.Plan
 	o       Options
 	changes []Change
+	// generated names the Kustomizations emit wrote before this run (their clusters/base file
+	// starts with Generated), so a switch of granularity can drop the other layout's.
+	generated map[string]bool
 }
 
 // Emit brings the repository in line with the plan and returns what changed. Running it twice
@@ -83,7 +86,7 @@ func Emit(r *repo.Repo, p *plan.Plan, o Options) ([]Change, error) {
 	if o.DecryptionSecret == "" {
 		o.DecryptionSecret = "sops-age"
 	}
-	e := &Emitter{r: r, p: p, o: o}
+	e := &Emitter{r: r, p: p, o: o, generated: map[string]bool{}}
 	if err := e.run(); err != nil {
 		return e.changes, err
 	}
@@ -93,6 +96,9 @@ func Emit(r *repo.Repo, p *plan.Plan, o Options) ([]Change, error) {
 func (e *Emitter) run() error {
 	present, err := e.r.AppFiles()
 	if err != nil {
+		return err
+	}
+	if err := e.findGenerated(); err != nil {
 		return err
 	}
 	tmpl, err := e.template()
@@ -205,17 +211,27 @@ func (e *Emitter) waveKustomization(g plan.Group) error {
 		return fmt.Errorf("encode %s kustomization: %w", g.Dir, err)
 	}
 	head := fmt.Sprintf("%s# Wave %d (Flux Kustomization %s).\n", Generated, g.Wave, g.Name)
+	if g.Node != "" {
+		head = fmt.Sprintf("%s# %s, wave %d (Flux Kustomization %s).\n", Generated, g.Node, g.Wave, g.Name)
+	}
 	return e.write(e.r.Layout.Apps+"/"+g.Dir+"/kustomization.yaml", append([]byte(head), data...))
 }
 
 // template returns the Kustomization the waves copy: the pre-split `apps` one, else the first
-// existing wave, else the defaults; options override it.
+// existing wave (or any Kustomization emit wrote before), else the defaults; options override it.
 func (e *Emitter) template() (*kustv1.Kustomization, error) {
 	base := e.r.Layout.Clusters + "/base/"
 	candidates := []string{base + e.o.Plan.Prefix + ".yaml"}
 	if len(e.p.Groups) > 0 {
 		candidates = append(candidates, base+e.p.Groups[0].Name+".yaml")
 	}
+	// After a switch of granularity, a Kustomization of the other layout.
+	var earlier []string
+	for n := range e.generated {
+		earlier = append(earlier, base+n+".yaml")
+	}
+	sort.Strings(earlier)
+	candidates = append(candidates, earlier...)
 	k := &kustv1.Kustomization{}
 	found := false
 	for _, c := range candidates {
@@ -279,7 +295,10 @@ func (e *Emitter) template() (*kustv1.Kustomization, error) {
 // Kustomization builds the Flux Kustomization of a group from the template.
 func Kustomization(g plan.Group, tmpl *kustv1.Kustomization, appsDir string) *kustv1.Kustomization {
 	spec := *tmpl.Spec.DeepCopy()
-	spec.DependsOn = []kustv1.DependencyReference{{Name: g.DependsOn}}
+	spec.DependsOn = nil
+	for _, d := range g.DependsOn {
+		spec.DependsOn = append(spec.DependsOn, kustv1.DependencyReference{Name: d})
+	}
 	spec.Path = "./" + appsDir + "/" + g.Dir
 	spec.Prune = true
 	spec.Wait = true
@@ -312,7 +331,14 @@ func (e *Emitter) fluxKustomization(g plan.Group, tmpl *kustv1.Kustomization) er
 	if g.NonGating {
 		what = fmt.Sprintf("non-gating unit %s (wave %d); no wave depends on it", g.Unit, g.Wave)
 	}
-	head := fmt.Sprintf("%s# Flux Kustomization for %s: applies ./%s/%s after %s is healthy.\n", Generated, what, e.r.Layout.Apps, g.Dir, g.DependsOn)
+	if g.Node != "" {
+		what = fmt.Sprintf("%s (wave %d)", g.Node, g.Wave)
+	}
+	verb := "is"
+	if len(g.DependsOn) > 1 {
+		verb = "are"
+	}
+	head := fmt.Sprintf("%s# Flux Kustomization for %s: applies ./%s/%s after %s %s healthy.\n", Generated, what, e.r.Layout.Apps, g.Dir, strings.Join(g.DependsOn, ", "), verb)
 	return e.write(e.r.Layout.Clusters+"/base/"+g.Name+".yaml", append([]byte(head), data...))
 }
 
@@ -348,6 +374,33 @@ func (e *Emitter) retireApps() bool {
 
 var waveFile = regexp.MustCompile(`^(.+)-wave-\d+(-[a-z0-9-]+)?\.yaml$`)
 
+// findGenerated records the Kustomizations in clusters/base that emit wrote.
+func (e *Emitter) findGenerated() error {
+	base := e.r.Path(e.r.Layout.Clusters, "base")
+	names, err := os.ReadDir(base)
+	if err != nil {
+		return fmt.Errorf("list %s/base: %w", e.r.Layout.Clusters, err)
+	}
+	for _, n := range names {
+		if !n.IsDir() && isGenerated(filepath.Join(base, n.Name())) {
+			e.generated[strings.TrimSuffix(n.Name(), ".yaml")] = true
+		}
+	}
+	return nil
+}
+
+func isGenerated(p string) bool {
+	data, err := os.ReadFile(p)
+	return err == nil && bytes.HasPrefix(data, []byte(Generated))
+}
+
+// ours reports whether a Kustomization (by name) belongs to the planned layout or an earlier one
+// emit wrote: a wave of the prefix, or a generated file.
+func (e *Emitter) ours(name string) bool {
+	m := waveFile.FindStringSubmatch(name + ".yaml")
+	return (m != nil && m[1] == e.o.Plan.Prefix) || e.generated[name]
+}
+
 // removeStale deletes Kustomizations and wave folders of waves that no longer exist, and the
 // pre-split `apps` files when retiring.
 func (e *Emitter) removeStale(retire bool) error {
@@ -362,8 +415,7 @@ func (e *Emitter) removeStale(retire bool) error {
 		return fmt.Errorf("list %s/base: %w", e.r.Layout.Clusters, err)
 	}
 	for _, n := range names {
-		m := waveFile.FindStringSubmatch(n.Name())
-		if m != nil && m[1] == e.o.Plan.Prefix && !want[n.Name()] {
+		if !n.IsDir() && strings.HasSuffix(n.Name(), ".yaml") && e.ours(strings.TrimSuffix(n.Name(), ".yaml")) && !want[n.Name()] {
 			if err := e.remove(e.r.Layout.Clusters + "/base/" + n.Name()); err != nil {
 				return err
 			}
@@ -374,13 +426,17 @@ func (e *Emitter) removeStale(retire bool) error {
 		return fmt.Errorf("list %s: %w", e.r.Layout.Apps, err)
 	}
 	for _, n := range apps {
-		if !n.IsDir() || !strings.HasPrefix(n.Name(), "wave-") || want[n.Name()] {
+		if !n.IsDir() || want[n.Name()] {
 			continue
 		}
 		k := e.r.Layout.Apps + "/" + n.Name() + "/kustomization.yaml"
-		if _, err := os.Stat(e.abs(k)); err == nil {
+		if _, err := os.Stat(e.abs(k)); err == nil && (strings.HasPrefix(n.Name(), "wave-") || isGenerated(e.abs(k))) {
 			if err := e.remove(k); err != nil {
 				return err
+			}
+			if !e.o.DryRun {
+				// Git does not keep empty folders; neither does emit. One that still holds files stays.
+				_ = os.Remove(e.abs(e.r.Layout.Apps + "/" + n.Name()))
 			}
 		}
 	}
@@ -416,8 +472,7 @@ func (e *Emitter) baseResources(retire bool) error {
 	insertAt, have, carried := -1, map[string]bool{}, ""
 	for _, n := range res.YNode().Content {
 		v := strings.TrimSpace(n.Value)
-		m := waveFile.FindStringSubmatch(v)
-		isWave := m != nil && m[1] == e.o.Plan.Prefix
+		isWave := strings.HasSuffix(v, ".yaml") && e.ours(strings.TrimSuffix(v, ".yaml"))
 		switch {
 		case isWave && !want[v], retire && v == old:
 			d.changed = true

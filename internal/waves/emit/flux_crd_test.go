@@ -170,3 +170,50 @@ func TestFluxCRDRejectsAnInvalidKustomization(t *testing.T) {
 		t.Fatalf("error %v, want the schema to reject sourceRef.kind Bucketz", err)
 	}
 }
+
+// The per-service layout of the deeper sample, as its environment applies it (several dependsOn
+// entries, strategic-merge decryption patches), is accepted by the CRD too.
+func TestPerServiceKustomizationsAreAcceptedByFluxCRD(t *testing.T) {
+	c := cluster(t)
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS(filepath.Join("..", "testdata", "shop"))); err != nil {
+		t.Fatal(err)
+	}
+	r, err := repo.OnDisk(dir, repo.DefaultLayout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := waves.Load(r, plan.Options{Prefix: "apps", Root: "platform-config", Granularity: plan.ByService})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := emit.Emit(r, s.Plan, emit.Options{Move: true}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := r.Build("clusters", "prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := c.Namespace(t, "flux-system", nil)
+	created := 0
+	for _, res := range m.Resources() {
+		if res.GetKind() != "Kustomization" || !strings.HasPrefix(res.GetName(), "apps-") {
+			continue
+		}
+		data, err := res.AsYAML()
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := decode(t, data, ns)
+		if err := c.Client.Create(context.Background(), u, client.DryRunAll); err != nil {
+			t.Fatalf("the API server rejects %s: %v", res.GetName(), err)
+		}
+		if p, _, _ := unstructured.NestedString(u.Object, "spec", "decryption", "provider"); p != "sops" {
+			t.Errorf("%s has no SOPS decryption", res.GetName())
+		}
+		created++
+	}
+	if created != 12 {
+		t.Fatalf("clusters/prod built %d per-service Kustomizations, want 12", created)
+	}
+}

@@ -290,6 +290,25 @@ func (w *Waves) DependsOn(name string) []string {
 	return out
 }
 
+// ExactDependencies returns the nodes a node's own Kustomization waits for when every node has
+// one (per-service granularity): a service's dependencies; for an extra unit placed above its
+// anchor, the anchor; for one in its anchor's wave, what the anchor waits for (the two run side by
+// side, as in the wave layout).
+func (w *Waves) ExactDependencies(name string) []string {
+	i, ok := w.index[name]
+	for ok && w.kind[i] == KindUnit && !w.above[i] {
+		i = w.deps[i][0]
+	}
+	if !ok || len(w.deps[i]) == 0 {
+		return nil
+	}
+	out := make([]string, len(w.deps[i]))
+	for k, d := range w.deps[i] {
+		out[k] = w.names[d]
+	}
+	return out
+}
+
 // Path returns the chain of nodes that decided name's wave: name, the dependency with the highest
 // wave, its deciding dependency, and so on down to a leaf. Its length is the wave plus one for
 // services (units anchored in the same wave add a step without adding a wave).

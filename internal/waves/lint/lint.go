@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -59,6 +60,8 @@ type Result struct {
 	Problems []Problem
 	// Waves is the number of Kustomizations planned; Resources the number of resources they build.
 	Waves, Resources int
+	// Granularity is the layout checked.
+	Granularity plan.Granularity
 }
 
 type linter struct {
@@ -88,6 +91,7 @@ func Run(r *repo.Repo, o Options) Result {
 	}
 	l.s = s
 	l.res.Waves = len(s.Plan.Groups)
+	l.res.Granularity = s.Plan.Granularity
 	l.placement()
 	l.wavesBuild()
 	flux := l.base()
@@ -157,7 +161,7 @@ func (l *linter) wavesBuild() {
 	}
 	names, _ := l.r.FS.ReadDir(l.r.Path(l.r.Layout.Apps))
 	for _, n := range names {
-		if strings.HasPrefix(n, "wave-") && l.r.FS.IsDir(l.r.Path(l.apps(n))) && !want[n] {
+		if strings.HasPrefix(n, "wave-") && l.r.FS.IsDir(l.r.Path(l.apps(n))) && !want[n] && !empty(l.r, l.apps(n)) {
 			l.add(CheckBuild, "%s is a wave folder no planned wave uses: move its files or run `siteops waves emit` to drop it", l.apps(n))
 		}
 	}
@@ -246,8 +250,8 @@ func (l *linter) chain(flux map[string]*kustv1.Kustomization, where string) {
 		for _, d := range k.Spec.DependsOn {
 			deps = append(deps, d.Name)
 		}
-		if len(deps) != 1 || deps[0] != g.DependsOn {
-			l.add(CheckChain, "Kustomization %s dependsOn [%s], want [%s]", g.Name, strings.Join(deps, " "), g.DependsOn)
+		if !slices.Equal(sorted(deps), sorted(g.DependsOn)) {
+			l.add(CheckChain, "Kustomization %s dependsOn [%s], want [%s]", g.Name, strings.Join(deps, " "), strings.Join(g.DependsOn, " "))
 		}
 		if want := "./" + l.apps(g.Dir); path.Clean(k.Spec.Path) != path.Clean(want) {
 			l.add(CheckChain, "Kustomization %s has path %q, want %q", g.Name, k.Spec.Path, want)
@@ -522,4 +526,16 @@ func (l *linter) ownership(flux map[string]*kustv1.Kustomization) {
 			l.add(CheckOwnership, "Kustomization %s (./%s) applies %s%s as well as a wave: two owners prune each other's objects; remove %s in the cut-over", n, p, strings.Join(shared, ", "), more, n)
 		}
 	}
+}
+
+func sorted(s []string) []string {
+	out := slices.Clone(s)
+	sort.Strings(out)
+	return out
+}
+
+// empty reports whether a folder holds nothing (git does not record such a folder).
+func empty(r *repo.Repo, dir string) bool {
+	names, err := r.FS.ReadDir(r.Path(dir))
+	return err == nil && len(names) == 0
 }

@@ -12,12 +12,26 @@ import (
 	"github.com/siteops/siteops/internal/waves/graph"
 )
 
+// Granularity says what one Flux Kustomization applies.
+type Granularity string
+
+const (
+	// ByWave applies a whole wave per Kustomization; each wave waits for the one below.
+	ByWave Granularity = "wave"
+	// ByService applies one node per Kustomization, waiting for exactly what the node needs.
+	ByService Granularity = "service"
+)
+
 // Options name the Kustomizations.
 type Options struct {
-	// Prefix of the Kustomization names: "<prefix>-wave-<N>" ("apps").
+	// Prefix of the Kustomization names: "<prefix>-wave-<N>", or "<prefix>-<node>" by service
+	// ("apps").
 	Prefix string
-	// Root is the Kustomization the first wave depends on ("platform-config").
+	// Root is the Kustomization the first wave (or a node without dependencies) depends on
+	// ("platform-config").
 	Root string
+	// Granularity is ByWave (the default) or ByService.
+	Granularity Granularity
 }
 
 // DefaultOptions are the seed's names.
@@ -33,12 +47,15 @@ type Group struct {
 	Dir string `json:"dir"`
 	// Files are the file names, sorted.
 	Files []string `json:"files"`
-	// DependsOn is the Kustomization this one waits for.
-	DependsOn string `json:"dependsOn"`
+	// DependsOn are the Kustomizations this one waits for: the wave below, or by service the
+	// Kustomizations of the node's exact dependencies.
+	DependsOn []string `json:"dependsOn"`
 	// NonGating marks a unit's own Kustomization that no wave depends on.
 	NonGating bool `json:"nonGating,omitempty"`
 	// Unit names the non-gating unit.
 	Unit string `json:"unit,omitempty"`
+	// Node names the one node a per-service Kustomization applies.
+	Node string `json:"node,omitempty"`
 }
 
 // Node is a node with its wave.
@@ -49,7 +66,10 @@ type Node struct {
 
 // Plan is the placement of every committed app file.
 type Plan struct {
-	// Groups are the gating waves in order, then the non-gating units.
+	// Granularity is the layout planned.
+	Granularity Granularity
+	// Groups are the gating waves in order, then the non-gating units; by service, one group per
+	// placed node, by wave then name.
 	Groups []Group
 	// Placement maps a file name to the index of its group in Groups.
 	Placement map[string]int
@@ -90,7 +110,7 @@ func filesOf(c *catalog.Catalog, node string, kind graph.Kind) []string {
 // Make places the present files (file names under apps/) into waves.
 func Make(c *catalog.Catalog, w *graph.Waves, present map[string]string, o Options) (*Plan, error) {
 	if o.Prefix == "" {
-		o = DefaultOptions
+		o.Prefix, o.Root = DefaultOptions.Prefix, DefaultOptions.Root
 	}
 	nonGating := map[string]bool{}
 	for _, u := range c.Units {
@@ -104,7 +124,10 @@ func Make(c *catalog.Catalog, w *graph.Waves, present map[string]string, o Optio
 		files []string
 	}
 	var ngs []ng
-	p := &Plan{Placement: make(map[string]int, len(present))}
+	if o.Granularity == "" {
+		o.Granularity = ByWave
+	}
+	p := &Plan{Placement: make(map[string]int, len(present)), Granularity: o.Granularity}
 	var conflict error
 	w.Each(func(node string, wave int, kind graph.Kind) {
 		if conflict != nil {
@@ -144,6 +167,11 @@ func Make(c *catalog.Catalog, w *graph.Waves, present map[string]string, o Optio
 		}
 		return p.NotPlaced[a].Name < p.NotPlaced[b].Name
 	})
+	if o.Granularity == ByService {
+		p.byService(w, owner, o)
+		p.finish(owner, present)
+		return p, nil
+	}
 	sort.Slice(ngs, func(a, b int) bool { return ngs[a].unit < ngs[b].unit })
 	waves := make([]int, 0, len(gating))
 	for wv := range gating {
@@ -155,7 +183,7 @@ func Make(c *catalog.Catalog, w *graph.Waves, present map[string]string, o Optio
 	for _, wv := range waves {
 		files := gating[wv]
 		sort.Strings(files)
-		g := Group{Name: o.Prefix + "-" + Dir(wv), Wave: wv, Dir: Dir(wv), Files: files, DependsOn: prev}
+		g := Group{Name: o.Prefix + "-" + Dir(wv), Wave: wv, Dir: Dir(wv), Files: files, DependsOn: []string{prev}}
 		p.Groups = append(p.Groups, g)
 		byWave[wv] = g.Name
 		prev = g.Name
@@ -171,8 +199,14 @@ func Make(c *catalog.Catalog, w *graph.Waves, present map[string]string, o Optio
 			}
 		}
 		d := Dir(n.wave) + "-" + n.unit
-		p.Groups = append(p.Groups, Group{Name: o.Prefix + "-" + d, Wave: n.wave, Dir: d, Files: n.files, DependsOn: dep, NonGating: true, Unit: n.unit})
+		p.Groups = append(p.Groups, Group{Name: o.Prefix + "-" + d, Wave: n.wave, Dir: d, Files: n.files, DependsOn: []string{dep}, NonGating: true, Unit: n.unit})
 	}
+	p.finish(owner, present)
+	return p, nil
+}
+
+// finish indexes the groups' files and lists the files nothing claims.
+func (p *Plan) finish(owner map[string]string, present map[string]string) {
 	for i, g := range p.Groups {
 		for _, f := range g.Files {
 			p.Placement[f] = i
@@ -184,7 +218,44 @@ func Make(c *catalog.Catalog, w *graph.Waves, present map[string]string, o Optio
 		}
 	}
 	sort.Strings(p.Unmatched)
-	return p, nil
+}
+
+// byService gives every placed node its own group, in folder <node>, waiting for the groups of
+// its exact dependencies. A dependency without files is looked through to what it needs in turn.
+func (p *Plan) byService(w *graph.Waves, owner map[string]string, o Options) {
+	files := map[string][]string{}
+	for f, n := range owner {
+		files[n] = append(files[n], f)
+	}
+	var needs func(node string, seen map[string]bool) []string
+	needs = func(node string, seen map[string]bool) []string {
+		var out []string
+		for _, d := range w.ExactDependencies(node) {
+			switch {
+			case seen[d]:
+			case len(files[d]) > 0:
+				seen[d] = true
+				out = append(out, o.Prefix+"-"+d)
+			default:
+				seen[d] = true
+				out = append(out, needs(d, seen)...)
+			}
+		}
+		return out
+	}
+	for _, n := range w.Nodes() {
+		if len(files[n]) == 0 {
+			continue
+		}
+		sort.Strings(files[n])
+		deps := needs(n, map[string]bool{})
+		sort.Strings(deps)
+		if len(deps) == 0 {
+			deps = []string{o.Root}
+		}
+		wave, _ := w.Wave(n)
+		p.Groups = append(p.Groups, Group{Name: o.Prefix + "-" + n, Wave: wave, Dir: n, Files: files[n], DependsOn: deps, Node: n})
+	}
 }
 
 func aboveAnchor(c *catalog.Catalog, unit string) bool {
@@ -204,8 +275,11 @@ func (p *Plan) Waves() map[int][]string {
 	out := map[int][]string{}
 	for _, g := range p.Groups {
 		if !g.NonGating {
-			out[g.Wave] = g.Files
+			out[g.Wave] = append(out[g.Wave], g.Files...)
 		}
+	}
+	for _, files := range out {
+		sort.Strings(files)
 	}
 	return out
 }

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -45,7 +47,7 @@ func TestNonGatingUnitGetsItsOwnKustomization(t *testing.T) {
 	}
 	var names []string
 	for _, g := range p.Groups {
-		names = append(names, g.Name+"<-"+g.DependsOn)
+		names = append(names, g.Name+"<-"+strings.Join(g.DependsOn, ","))
 	}
 	want := []string{"apps-wave-0<-platform-config", "apps-wave-1<-apps-wave-0", "apps-wave-2<-apps-wave-1", "apps-wave-1-gitea-actions<-apps-wave-0"}
 	if !reflect.DeepEqual(names, want) {
@@ -56,7 +58,7 @@ func TestNonGatingUnitGetsItsOwnKustomization(t *testing.T) {
 		t.Fatalf("gitea-actions group %+v", g)
 	}
 	for _, g := range p.Groups {
-		if g.DependsOn == "apps-wave-1-gitea-actions" {
+		if slices.Contains(g.DependsOn, "apps-wave-1-gitea-actions") {
 			t.Fatalf("%s depends on the non-gating unit", g.Name)
 		}
 	}
@@ -73,7 +75,7 @@ func TestWaveGapsChainToTheNearestLowerWave(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(p.Groups) != 2 || p.Groups[1].Name != "apps-wave-2" || p.Groups[1].DependsOn != "apps-wave-0" {
+	if len(p.Groups) != 2 || p.Groups[1].Name != "apps-wave-2" || strings.Join(p.Groups[1].DependsOn, ",") != "apps-wave-0" {
 		t.Fatalf("groups %+v", p.Groups)
 	}
 }
@@ -149,4 +151,42 @@ func cpuTime(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func TestByServiceWaitsForExactDependencies(t *testing.T) {
+	c := load(t)
+	w, err := c.Waves()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// keycloak-db, qbittorrent and radarr have no files: keycloak, sonarr and seerr look through
+	// them to what they need in turn.
+	p, err := Make(c, w, present("keycloak.yaml", "jackett.yaml", "sonarr.yaml", "seerr.yaml", "gitea.yaml", "gitea-actions.yaml", "nextcloud-db.yaml", "nextcloud-db-app.sops.yaml", "nextcloud.yaml"),
+		Options{Prefix: "apps", Root: "platform-config", Granularity: ByService})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, g := range p.Groups {
+		got = append(got, fmt.Sprintf("%s(w%d,%s,%s)<-%s", g.Name, g.Wave, g.Dir, strings.Join(g.Files, "+"), strings.Join(g.DependsOn, ",")))
+	}
+	want := []string{
+		"apps-gitea(w0,gitea,gitea.yaml)<-platform-config",
+		"apps-jackett(w0,jackett,jackett.yaml)<-platform-config",
+		"apps-nextcloud-db(w0,nextcloud-db,nextcloud-db-app.sops.yaml+nextcloud-db.yaml)<-platform-config",
+		"apps-gitea-actions(w1,gitea-actions,gitea-actions.yaml)<-apps-gitea",
+		"apps-keycloak(w1,keycloak,keycloak.yaml)<-platform-config",
+		"apps-nextcloud(w1,nextcloud,nextcloud.yaml)<-apps-nextcloud-db",
+		"apps-sonarr(w1,sonarr,sonarr.yaml)<-apps-jackett",
+		"apps-seerr(w2,seerr,seerr.yaml)<-apps-jackett,apps-sonarr", // radarr is looked through to jackett
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("groups\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if p.Granularity != ByService || len(p.Placement) != 9 {
+		t.Fatalf("granularity %q, %d files placed", p.Granularity, len(p.Placement))
+	}
+	if ws := p.Waves(); strings.Join(ws[1], ",") != "gitea-actions.yaml,keycloak.yaml,nextcloud.yaml,sonarr.yaml" {
+		t.Fatalf("wave 1 files %v", ws[1])
+	}
 }
