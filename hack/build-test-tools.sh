@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the real servers the tests need (kube-apiserver, etcd, versitygw) from the Go module
 # proxy into a per-machine cache, once. A warm run only checks version stamps. With --node it
-# also builds what a real node runs: kubelet, kube-scheduler, kube-controller-manager, containerd
+# also builds what a real node runs: kubelet, kube-scheduler, kube-controller-manager, kube-proxy, containerd
 # (with ctr and the runc shim), runc and the CNI plugins.
 set -euo pipefail
 
@@ -96,7 +96,7 @@ if $NODE; then
     (cd "$pause_src" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$BIN_DIR/pause" .)
     echo "$pause_sum" >"$(stamp pause)"
   fi
-  for c in kube-scheduler kube-controller-manager; do build_kube "$c"; done
+  for c in kube-scheduler kube-controller-manager kube-proxy; do build_kube "$c"; done
 fi
 
 echo "$BIN_DIR"

@@ -163,3 +163,25 @@ func cniConfig(v configValues) ([]byte, error) {
 	}
 	return json.MarshalIndent(conf, "", "  ")
 }
+
+// kubeProxyConfig runs kube-proxy in iptables mode inside the node's network namespace (its
+// rules and sysctls stay there). Conntrack limits are left as they are: nf_conntrack_max is
+// the machine's, not the namespace's.
+func kubeProxyConfig(v configValues, nodeName string) ([]byte, error) {
+	cfg := map[string]any{
+		"apiVersion":       "kubeproxy.config.k8s.io/v1alpha1",
+		"kind":             "KubeProxyConfiguration",
+		"mode":             "iptables",
+		"hostnameOverride": nodeName,
+		"clusterCIDR":      v.PodCIDR,
+		"clientConnection": map[string]any{"kubeconfig": v.Dir + "/kube-proxy.kubeconfig"},
+		"conntrack": map[string]any{
+			"maxPerCore": 0, "min": 0,
+			"tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s",
+		},
+		"iptables":           map[string]any{"localhostNodePorts": false, "syncPeriod": "10s", "minSyncPeriod": "0s"},
+		"healthzBindAddress": "127.0.0.1:10256",
+		"metricsBindAddress": "127.0.0.1:10249",
+	}
+	return json.MarshalIndent(cfg, "", "  ")
+}

@@ -170,6 +170,12 @@ func (n network) build(ctx context.Context) error {
 		{"ip", "-n", n.Netns, "addr", "add", n.NodeIP + "/30", "dev", "veth0"},
 		{"ip", "-n", n.Netns, "link", "set", "veth0", "up"},
 		{"ip", "route", "add", n.PodCIDR, "via", n.NodeIP, "dev", n.HostLink},
+		// The namespace's default route ends in a bridge without ports (this kernel has no
+		// dummy device): Service addresses resolve (kube-proxy rewrites them after routing),
+		// anything else is dropped there.
+		{"ip", "-n", n.Netns, "link", "add", "nowhere0", "type", "bridge"},
+		{"ip", "-n", n.Netns, "link", "set", "nowhere0", "up"},
+		{"ip", "-n", n.Netns, "route", "add", "default", "dev", "nowhere0"},
 		// Forwarding between the veth and the pod bridge, in the node's namespace only.
 		{"ip", "netns", "exec", n.Netns, "sysctl", "-qw", "net.ipv4.ip_forward=1"},
 	}

@@ -28,7 +28,7 @@ import (
 )
 
 // Binaries are the programs a node runs, looked up in Options.BinDir (`make node-tools`).
-var Binaries = []string{"kubelet", "containerd", "containerd-shim-runc-v2", "runc", "ctr", "pause",
+var Binaries = []string{"kubelet", "kube-proxy", "containerd", "containerd-shim-runc-v2", "runc", "ctr", "pause",
 	"cni/bridge", "cni/host-local", "cni/loopback"}
 
 // Tools are the machine's programs the node uses (util-linux, iproute2, procps).
@@ -61,9 +61,12 @@ type Options struct {
 type Node struct {
 	// Name is the Node object's name.
 	Name string
-	// IP is the node's address (kubelet listens there); PodCIDR is its pods' subnet, routed
-	// from the machine.
+	// IP is the node's address (kubelet listens there; the machine's end of the veth pair);
+	// PodCIDR is its pods' subnet, routed from the machine.
 	IP, PodCIDR string
+	// Netns is the node's network namespace (`ip netns` name), NetnsIP its end of the veth pair,
+	// where NodePort Services answer.
+	Netns, NetnsIP string
 	// Dir is the state folder, holding containerd.log and kubelet.log.
 	Dir string
 
@@ -71,6 +74,7 @@ type Node struct {
 	net        network
 	cgroupRoot string
 	client     client.Client
+	forwarder  *forwarder
 
 	mu      sync.Mutex
 	holder  *exec.Cmd
@@ -122,7 +126,8 @@ func Start(ctx context.Context, o Options) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{Name: o.Name, IP: netw.HostIP, PodCIDR: netw.PodCIDR, Dir: dir, binDir: o.BinDir, net: netw,
+	n := &Node{Name: o.Name, IP: netw.HostIP, PodCIDR: netw.PodCIDR, Netns: netw.Netns, NetnsIP: netw.NodeIP,
+		Dir: dir, binDir: o.BinDir, net: netw,
 		cgroupRoot: "/" + netw.Netns, client: c, done: make(chan struct{})}
 	if n.Name == "" {
 		n.Name = netw.Netns
@@ -135,7 +140,14 @@ func Start(ctx context.Context, o Options) (_ *Node, err error) {
 	if err := createCgroupRoot(n.cgroupRoot); err != nil {
 		return nil, err
 	}
-	if err := n.writeConfig(o); err != nil {
+	nsKubeConfig, apiAddr, err := namespaceKubeConfig(o.KubeConfig, fmt.Sprintf("%s:%d", netw.HostIP, APIPort))
+	if err != nil {
+		return nil, err
+	}
+	if n.forwarder, err = startForwarder(fmt.Sprintf("%s:%d", netw.HostIP, APIPort), apiAddr); err != nil {
+		return nil, err
+	}
+	if err := n.writeConfig(o, nsKubeConfig); err != nil {
 		return nil, err
 	}
 	pause, err := buildPauseImage(o.BinDir, dir, o.CABundle)
@@ -192,7 +204,7 @@ func (n *Node) ContainerdLog() string { return filepath.Join(n.Dir, "containerd.
 // containerd died).
 func (n *Node) Done() <-chan struct{} { return n.done }
 
-func (n *Node) writeConfig(o Options) error {
+func (n *Node) writeConfig(o Options, nsKubeConfig []byte) error {
 	v := configValues{Dir: n.Dir, BinDir: o.BinDir, NodeIP: n.net.HostIP, PodCIDR: n.net.PodCIDR,
 		CgroupRoot: n.cgroupRoot, ContainerdSocket: n.containerdSocket(), PauseImage: PauseImage}
 	if o.APIAccess != nil {
@@ -210,11 +222,17 @@ func (n *Node) writeConfig(o Options) error {
 	if err != nil {
 		return err
 	}
+	proxy, err := kubeProxyConfig(v, n.Name)
+	if err != nil {
+		return err
+	}
 	files := map[string][]byte{
 		"kubelet.yaml":            kubelet,
 		"containerd.toml":         containerd,
 		"cni/10-siteops.conflist": cni,
 		"kubeconfig":              o.KubeConfig,
+		"kube-proxy.yaml":         proxy,
+		"kube-proxy.kubeconfig":   nsKubeConfig,
 		// No cluster DNS yet: pods resolve nothing rather than through the machine's resolver.
 		"resolv.conf": []byte("# siteops development node: no resolver\n"),
 	}
@@ -231,7 +249,8 @@ func (n *Node) writeConfig(o Options) error {
 
 // holderScript runs as PID 1 of the node's PID namespace, in its private mount namespace: it
 // lays the tmpfs and the kernel tunables' files over the machine's, starts containerd in the
-// node's network namespace (fd 3), then kubelet once start-kubelet exists. When either exits it
+// node's network namespace (fd 3) and kube-proxy there too, then kubelet once start-kubelet
+// exists. When either exits it
 // exits, and the kernel ends every process of the namespace with it.
 const holderScript = `set -eu
 mount -t tmpfs -o mode=0755 siteops-node /run
@@ -242,6 +261,7 @@ for f in "$NODE_DIR"/sysctl/*; do
 done
 export PATH="$NODE_BIN:$PATH"
 nsenter --net=/proc/self/fd/3 -- containerd --config "$NODE_DIR/containerd.toml" >>"$NODE_DIR/containerd.log" 2>&1 &
+nsenter --net=/proc/self/fd/3 -- kube-proxy --config="$NODE_DIR/kube-proxy.yaml" --v=2 >>"$NODE_DIR/kube-proxy.log" 2>&1 &
 exec 3<&-
 while [ ! -e "$NODE_DIR/start-kubelet" ]; do sleep 0.1; done
 kubelet --config="$NODE_DIR/kubelet.yaml" --kubeconfig="$NODE_DIR/kubeconfig" \
@@ -353,6 +373,9 @@ func (n *Node) Stop(ctx context.Context) error {
 		if err := n.waitProcessesGone(10 * time.Second); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if n.forwarder != nil {
+		n.forwarder.close()
 	}
 	if err := removeCgroupRoot(n.cgroupRoot, 10*time.Second); err != nil {
 		errs = append(errs, err)

@@ -5,15 +5,20 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -242,4 +247,61 @@ func TestNodeRunsDeployment(t *testing.T) {
 			return err
 		})
 	}
+
+	// kube-proxy routes a Service to them: its NodePort from the machine (through the veth),
+	// its ClusterIP from inside the node's network namespace.
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "site", Namespace: ns},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: labels,
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8000)}}},
+	}
+	if err := c.Client.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	nodePort := fmt.Sprintf("http://%s:%d/.decofile", n.NetnsIP, svc.Spec.Ports[0].NodePort)
+	testenv.Eventually(t, 30*time.Second, func() error { _, err := get(nodePort); return err })
+	t.Logf("Service answers at its NodePort %s after %s", nodePort, time.Since(start).Round(time.Millisecond))
+	testenv.Eventually(t, 10*time.Second, func() error {
+		return getInNetns("/run/netns/"+n.Netns, fmt.Sprintf("%s:80", svc.Spec.ClusterIP))
+	})
+}
+
+// getInNetns sends GET /.decofile to addr from inside a network namespace: a socket belongs to
+// the namespace of the thread that creates it.
+func getInNetns(netnsPath, addr string) error {
+	errc := make(chan error, 1)
+	go func() {
+		// The thread is never unlocked, so it ends with this goroutine instead of carrying the
+		// namespace back into the pool.
+		runtime.LockOSThread()
+		f, err := os.Open(netnsPath)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer f.Close()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("enter %s: %w", netnsPath, err)
+			return
+		}
+		c, err := net.DialTimeout("tcp", addr, 3*time.Second)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+		if _, err := io.WriteString(c, "GET /.decofile HTTP/1.0\r\n\r\n"); err != nil {
+			errc <- err
+			return
+		}
+		b, _ := io.ReadAll(c)
+		if !strings.HasPrefix(string(b), "HTTP/1.0 200") {
+			errc <- fmt.Errorf("GET %s in %s: %.60q", addr, netnsPath, b)
+			return
+		}
+		errc <- nil
+	}()
+	return <-errc
 }
