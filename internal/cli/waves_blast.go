@@ -56,9 +56,13 @@ func printBlast(w io.Writer, s *waves.State, r blast.Radius) {
 		}
 	}
 	fmt.Fprintf(w, "a failing %s (wave %d, %s) blocks:\n", r.Node, r.Wave, owner)
-	fmt.Fprintf(w, "  under the wave chain: %d\n", len(r.Chain))
+	chain, exact := " (this repository's layout)", ""
+	if s.Plan.Granularity == plan.ByService {
+		chain, exact = "", " (this repository's layout)"
+	}
+	fmt.Fprintf(w, "  under the wave chain%s: %d\n", chain, len(r.Chain))
 	byWave(w, s, r.Chain)
-	fmt.Fprintf(w, "  under exact dependencies (--granularity service): %d\n", len(r.Exact))
+	fmt.Fprintf(w, "  under exact dependencies (--granularity service)%s: %d\n", exact, len(r.Exact))
 	byWave(w, s, r.Exact)
 }
 

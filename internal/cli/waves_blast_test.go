@@ -17,7 +17,7 @@ func TestWavesBlast(t *testing.T) {
 	}
 	for _, want := range []string{
 		"a failing jackett (wave 0, apps-wave-0) blocks:",
-		"under the wave chain: 6\n    wave 1: gitea-actions nextcloud radarr semaphore sonarr\n    wave 2: seerr\n",
+		"under the wave chain (this repository's layout): 6\n    wave 1: gitea-actions nextcloud radarr semaphore sonarr\n    wave 2: seerr\n",
 		"under exact dependencies (--granularity service): 3\n    wave 1: radarr sonarr\n    wave 2: seerr\n",
 	} {
 		if !strings.Contains(out, want) {

@@ -73,6 +73,11 @@ func TestServiceGranularity(t *testing.T) {
 	if err != nil || out != "ok: 12 Kustomizations by service, 40 resources\n" {
 		t.Fatalf("lint: %v\n%s", err, out)
 	}
+	out, err = wavesRun(t, "waves", "blast", "api", "--repo", dir)
+	if err != nil || !strings.Contains(out, "a failing api (wave 2, apps-api) blocks:") ||
+		!strings.Contains(out, "under exact dependencies (--granularity service) (this repository's layout): 6\n    wave 3: web worker\n    wave 4: load-generator reports\n    wave 5: portal\n    wave 6: smoke-tests\n") {
+		t.Fatalf("blast api: %v\n%s", err, out)
+	}
 	out, err = wavesRun(t, "waves", "cutover-check", "--repo", dir, "--base", "HEAD")
 	if !errors.Is(err, errProblems) || !strings.Contains(out, "apps -> apps-auth-db: 3") || !strings.Contains(out, "Cluster.postgresql.cnpg.io auth-db/auth-db -> apps-auth-db  DATA LOSS") {
 		t.Fatalf("cutover-check: %v\n%s", err, out)

@@ -216,7 +216,7 @@ func compare(b, a *tree, label, where string, live bool) *Report {
 	}
 	sort.Strings(ids)
 	byKs := map[HazardKind]map[string][]Resource{PruneRemoval: {}, MoveUp: {}}
-	released := map[string]bool{}
+	released, suspended := map[string]bool{}, map[string]bool{}
 	for _, id := range ids {
 		old := b.owned[id]
 		now, ok := a.owned[id]
@@ -240,6 +240,9 @@ func compare(b, a *tree, label, where string, live bool) *Report {
 			continue
 		}
 		if res.LiveOnly || !from.prunesWhileStaying() {
+			if !res.LiveOnly && from.prune && from.suspend && !a.waitsFor(old.From, now.From) {
+				suspended[old.From] = true
+			}
 			continue // an object leaving git on purpose, or an owner that does not prune now
 		}
 		// The old owner stays and prunes the object when it leaves its build. A move is safe only
@@ -254,6 +257,9 @@ func compare(b, a *tree, label, where string, live bool) *Report {
 		if released[n] {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("removed Kustomization %s releases its objects without deleting them: %s", n, b.ks[n].why()))
 		}
+	}
+	for _, n := range sortedKeys(suspended) {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("Kustomization %s is suspended with prune: true: objects leaving it are safe only while it stays suspended; resume it after the new owners have reconciled (Flux then deletes only objects that still carry its labels)", n))
 	}
 	for _, kind := range []HazardKind{PruneRemoval, MoveUp} {
 		names := make([]string, 0, len(byKs[kind]))
@@ -349,4 +355,13 @@ func load(r *repo.Repo, where string) (*tree, error) {
 		}
 	}
 	return t, nil
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

@@ -72,3 +72,44 @@ func TestDeletesOnRemoval(t *testing.T) {
 		t.Error("a suspended owner does not prune; an active one with prune does")
 	}
 }
+
+// compare on hand-made trees: a move is safe only towards a Kustomization the old owner waits for
+// (directly or through others), a suspended owner that stays deletes nothing but is noted, and a
+// live-only object of an owner that stays is not a hazard (it leaves git on purpose).
+func TestCompareOrdersByDependsOn(t *testing.T) {
+	before := &tree{
+		ks: map[string]owner{
+			"a": {name: "a", prune: true}, "b": {name: "b", prune: true, dependsOn: []string{"a"}},
+			"s": {name: "s", prune: true, suspend: true},
+		},
+		owned: map[string]Resource{
+			"ConfigMap x/down": {ID: "ConfigMap x/down", Kind: "ConfigMap", From: "b"},
+			"ConfigMap x/up":   {ID: "ConfigMap x/up", Kind: "ConfigMap", From: "a"},
+			"ConfigMap x/susp": {ID: "ConfigMap x/susp", Kind: "ConfigMap", From: "s"},
+			"ConfigMap x/gone": {ID: "ConfigMap x/gone", Kind: "ConfigMap", From: "a"},
+		},
+	}
+	after := &tree{
+		ks: map[string]owner{
+			"a": {name: "a", prune: true}, "b": {name: "b", prune: true, dependsOn: []string{"a"}},
+			"c": {name: "c", prune: true, dependsOn: []string{"b"}}, "s": {name: "s", prune: true, suspend: true},
+		},
+		owned: map[string]Resource{
+			"ConfigMap x/down": {ID: "ConfigMap x/down", From: "a"}, // b waits for a: safe
+			"ConfigMap x/up":   {ID: "ConfigMap x/up", From: "c"},   // a does not wait for c
+			"ConfigMap x/susp": {ID: "ConfigMap x/susp", From: "c"},
+		},
+	}
+	rep := compare(before, after, "live", "clusters/x", true)
+	if len(rep.Moving) != 3 || len(rep.Hazards) != 1 || rep.Hazards[0].Kind != MoveUp || rep.Hazards[0].Kustomization != "a" ||
+		len(rep.Hazards[0].Resources) != 1 || rep.Hazards[0].Resources[0].ID != "ConfigMap x/up" {
+		t.Fatalf("moving %d, hazards %+v", len(rep.Moving), rep.Hazards)
+	}
+	if len(rep.Notes) != 1 || !strings.Contains(rep.Notes[0], "Kustomization s is suspended with prune: true") {
+		t.Fatalf("notes %v", rep.Notes)
+	}
+	// Through another Kustomization: c waits for a via b.
+	if !after.waitsFor("c", "a") || after.waitsFor("a", "c") {
+		t.Fatal("waitsFor is not transitive or not directed")
+	}
+}

@@ -31,6 +31,9 @@ type LiveObject struct {
 	Helm []Resource
 }
 
+// fluxOwnerLabel marks the objects a Flux Kustomization applies (and prunes).
+const fluxOwnerLabel = "kustomize.toolkit.fluxcd.io/name"
+
 // InventoryEntry is a parsed status.inventory entry.
 type InventoryEntry struct {
 	Group, Version, Kind, Namespace, Name string
@@ -97,6 +100,12 @@ func CheckLive(l *Live, base, after *repo.Repo, where string) (*Report, error) {
 		label = "the live cluster"
 	}
 	rep := compare(b, a, label, where, true)
+	for i := range l.Kustomizations {
+		k := &l.Kustomizations[i]
+		if _, stays := a.ks[k.Name]; !stays && k.Labels[fluxOwnerLabel] == "" {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("Kustomization %s carries no %s label, so no Flux Kustomization applies it: the change does not delete it; it is checked as if you delete it by hand", k.Name, fluxOwnerLabel))
+		}
+	}
 	if base != nil {
 		g, err := load(base, where)
 		if err != nil {

@@ -165,6 +165,12 @@ func liveKustomization(t *testing.T, c client.Client, ns string, k *kustv1.Kusto
 	ctx := context.Background()
 	k = k.DeepCopy()
 	k.Namespace, k.ResourceVersion, k.Status = ns, "", kustv1.KustomizationStatus{}
+	if _, ok := k.Labels["hand-made"]; !ok {
+		// As the root Kustomization applies it.
+		k.Labels = map[string]string{"kustomize.toolkit.fluxcd.io/name": "flux-system", "kustomize.toolkit.fluxcd.io/namespace": "flux-system"}
+	} else {
+		k.Labels = nil
+	}
 	if err := c.Create(ctx, k); err != nil {
 		t.Fatalf("create Kustomization %s: %v", k.Name, err)
 	}
@@ -303,6 +309,7 @@ func TestLiveSplitOfApps(t *testing.T) {
 
 	cases := []struct {
 		name          string
+		handMade      bool
 		spec          func(*kustv1.KustomizationSpec)
 		base          string
 		unsafe        bool
@@ -355,12 +362,13 @@ func TestLiveSplitOfApps(t *testing.T) {
 			"sets `deletionPolicy: Orphan` on Kustomization apps (prune: false\n     does not help with deletionPolicy: Delete)",
 		},
 	}, {
-		name: "suspended old owner deletes nothing",
+		name: "suspended old owner deletes nothing", handMade: true,
 		spec: func(s *kustv1.KustomizationSpec) { s.Prune, s.Suspend = true, true },
 		base: "HEAD~1", offlineUnsafe: true,
 		want: []string{
 			"live differs from git: Kustomization apps has suspend: true on the cluster, false at HEAD~1",
 			"note: removed Kustomization apps releases its objects without deleting them: suspended",
+			"note: Kustomization apps carries no kustomize.toolkit.fluxcd.io/name label, so no Flux Kustomization applies it",
 			"no hazard",
 		},
 	}}
@@ -369,6 +377,9 @@ func TestLiveSplitOfApps(t *testing.T) {
 			ns := testenv.APIServer(t).Namespace(t, "flux", nil)
 			k := apps.DeepCopy()
 			tc.spec(&k.Spec)
+			if tc.handMade {
+				k.Labels = map[string]string{"hand-made": ""}
+			}
 			liveKustomization(t, c, ns, k, inv)
 			liveKustomization(t, c, ns, platform, []kustv1.ResourceRef{{ID: "_platform-crds__Namespace", Version: "v1"}})
 			live, err := liveread.Read(context.Background(), c, liveread.Options{Apps: "apps", Namespace: ns})
@@ -390,6 +401,9 @@ func TestLiveSplitOfApps(t *testing.T) {
 				if !strings.Contains(out, w) {
 					t.Errorf("report lacks %q:\n%s", w, out)
 				}
+			}
+			if !tc.handMade && strings.Contains(out, "carries no") {
+				t.Errorf("a Kustomization the root applies is taken for a hand-made one:\n%s", out)
 			}
 			// The git-only check reaches the opposite verdict: the cluster is what counts.
 			offline, err := cutover.CheckIn(atRef(t, dir, tc.base), after, "clusters/dev")
