@@ -73,7 +73,7 @@ func liveTree(l *Live) (*tree, error) {
 		for _, ref := range k.Status.Inventory.Entries {
 			e, err := ParseInventoryEntry(ref)
 			if err != nil {
-				return nil, fmt.Errorf("Kustomization %s/%s: %w", k.Namespace, k.Name, err)
+				return nil, fmt.Errorf("inventory of Kustomization %s/%s: %w", k.Namespace, k.Name, err)
 			}
 			id, kind := ID(e.Group, e.Kind, e.Namespace, e.Name)
 			obj := l.Objects[id]

@@ -91,7 +91,7 @@ func Read(ctx context.Context, c client.Reader, o Options) (*cutover.Live, error
 		for _, ref := range k.Status.Inventory.Entries {
 			e, err := cutover.ParseInventoryEntry(ref)
 			if err != nil {
-				return nil, fmt.Errorf("Kustomization %s/%s: %w", k.Namespace, k.Name, err)
+				return nil, fmt.Errorf("inventory of Kustomization %s/%s: %w", k.Namespace, k.Name, err)
 			}
 			if _, done := live.Objects[e.ID()]; done {
 				continue
