@@ -24,9 +24,6 @@ type State struct {
 // Load reads the catalog of r, computes the waves and plans the committed app files. Without a
 // granularity in o, the repository's layout decides (see Granularity).
 func Load(r *repo.Repo, o plan.Options) (*State, error) {
-	if o.Granularity == "" {
-		o.Granularity = Granularity(r)
-	}
 	c, err := catalog.LoadDir(r.FS, r.Path(r.Layout.Catalog))
 	if err != nil {
 		return nil, fmt.Errorf("catalog (%s): %w", r.Label, err)
@@ -39,6 +36,9 @@ func Load(r *repo.Repo, o plan.Options) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.Granularity == "" {
+		o.Granularity = Granularity(r, w)
+	}
 	p, err := plan.Make(c, w, present, o)
 	if err != nil {
 		return nil, fmt.Errorf("plan (%s): %w", r.Label, err)
@@ -47,16 +47,17 @@ func Load(r *repo.Repo, o plan.Options) (*State, error) {
 }
 
 // Granularity tells the layout a repository uses: per service when the apps folder holds a
-// folder with a kustomization.yaml that is not a wave folder (wave-<N>, wave-<N>-<unit>), by
-// wave otherwise (also before the first emit).
-func Granularity(r *repo.Repo) plan.Granularity {
+// folder named after a node with a kustomization.yaml in it (what `emit --granularity service`
+// writes), by wave otherwise (also before the first emit, and with other sub-folders such as a
+// shared kustomize component).
+func Granularity(r *repo.Repo, w *graph.Waves) plan.Granularity {
 	apps := r.Path(r.Layout.Apps)
 	names, err := r.FS.ReadDir(apps)
 	if err != nil {
 		return plan.ByWave
 	}
 	for _, n := range names {
-		if strings.HasPrefix(n, "wave-") || !r.FS.IsDir(filepath.Join(apps, n)) {
+		if strings.HasPrefix(n, "wave-") || !w.Has(n) || !r.FS.IsDir(filepath.Join(apps, n)) {
 			continue
 		}
 		if r.FS.Exists(filepath.Join(apps, n, "kustomization.yaml")) {
