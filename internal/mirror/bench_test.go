@@ -74,7 +74,8 @@ func BenchmarkMirrorSustainedConfigMapChanges(b *testing.B) {
 		}
 	}
 	_, stop := runManagerWith(b, c, mirror.Options{RedisAddr: srv.Addr, RedisKeyPrefix: "bench"}, "", func(e *engine.Engine) {
-		e.WriterHook = func(cfg *gitwriter.Config) { cfg.OnPushed = observe }
+		setEgress := e.WriterHook
+		e.WriterHook = func(cfg *gitwriter.Config) { setEgress(cfg); cfg.OnPushed = observe }
 	})
 	defer stop()
 	f.target(b, "bench", "", window, "")

@@ -60,7 +60,7 @@ func TestCommitRequestCommitsAsSubmitter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := mirror.SetupWithEngine(mgr, mirror.Options{RedisAddr: redis.Addr, RedisKeyPrefix: "cmd", CommitRequestWebhook: true})
+	eng, err := mirror.SetupWithEngine(mgr, localGit(mirror.Options{RedisAddr: redis.Addr, RedisKeyPrefix: "cmd", CommitRequestWebhook: true}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,9 +250,9 @@ func TestCommitRequestAfterAttributedChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := mirror.SetupWithEngine(mgr, mirror.Options{RedisAddr: redis.Addr, RedisKeyPrefix: "cmdattr", CommitRequestWebhook: true,
+	eng, err := mirror.SetupWithEngine(mgr, localGit(mirror.Options{RedisAddr: redis.Addr, RedisKeyPrefix: "cmdattr", CommitRequestWebhook: true,
 		Attribution: attribution.Options{Enabled: true, Grace: 4 * time.Second, FactTTL: time.Minute, Route: "prod",
-			ListenAddress: addr, CertDir: certs.CertDir, ClientCAFile: certs.CAFile, ClientNames: []string{"kube-apiserver"}}})
+			ListenAddress: addr, CertDir: certs.CertDir, ClientCAFile: certs.CAFile, ClientNames: []string{"kube-apiserver"}}}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,8 +49,9 @@ func startManagerProcess(t *testing.T, bin, kubeconfig, redisAddr, logPath strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "--controllers", "mirror", "--leader-elect=false", "--redis-addr", redisAddr, "--redis-key-prefix", "crash", "--commitrequest-webhook=false", "--watchrule-webhook=false",
-		"--metrics-bind-address", "0", "--health-probe-bind-address", "127.0.0.1:0")
+	args := append([]string{"--controllers", "mirror", "--leader-elect=false", "--redis-addr", redisAddr, "--redis-key-prefix", "crash", "--commitrequest-webhook=false", "--watchrule-webhook=false",
+		"--metrics-bind-address", "0", "--health-probe-bind-address", "127.0.0.1:0"}, localGitFlags...)
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

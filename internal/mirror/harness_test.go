@@ -101,7 +101,7 @@ func runManagerWith(t testing.TB, c *testenv.Cluster, o mirror.Options, probeAdd
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := mirror.SetupWithEngine(mgr, o)
+	eng, err := mirror.SetupWithEngine(mgr, localGit(o))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,6 +110,20 @@ func runManagerWith(t testing.TB, c *testenv.Cluster, o mirror.Options, probeAdd
 	}
 	return eng, testenv.StartManager(t, mgr)
 }
+
+// localGit allows what the tests' git remotes need, plain HTTP on loopback, explicitly, as a
+// platform allows its internal git host; options that set a URL policy (tests of that policy)
+// are kept.
+func localGit(o mirror.Options) mirror.Options {
+	if o.GitAllowedSchemes == nil && o.GitAllowedHosts == nil {
+		o.GitAllowedSchemes = []string{"https", "ssh", "http"}
+		o.GitAllowedHosts = []string{"127.0.0.0/8"}
+	}
+	return o
+}
+
+// localGitFlags are localGit's settings as manager flags.
+var localGitFlags = []string{"--git-allowed-schemes", "https,ssh,http", "--git-allowed-hosts", "127.0.0.0/8"}
 
 // fixture is a namespace with a GitProvider for a fresh repository on a real git remote.
 type fixture struct {

@@ -32,7 +32,7 @@ func electedManager(t *testing.T, c *testenv.Cluster, o mirror.Options, id strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := mirror.SetupWithEngine(mgr, o)
+	eng, err := mirror.SetupWithEngine(mgr, localGit(o))
 	if err != nil {
 		t.Fatal(err)
 	}

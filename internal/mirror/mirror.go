@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/types"
@@ -14,11 +15,13 @@ import (
 	"k8s.io/client-go/dynamic"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/siteops/siteops/internal/egress"
 	"github.com/siteops/siteops/internal/mirror/attribution"
 	"github.com/siteops/siteops/internal/mirror/clientauth"
 	"github.com/siteops/siteops/internal/mirror/commitrequest"
 	"github.com/siteops/siteops/internal/mirror/controller"
 	"github.com/siteops/siteops/internal/mirror/engine"
+	"github.com/siteops/siteops/internal/mirror/gitwriter"
 	"github.com/siteops/siteops/internal/mirror/ruleaccess"
 	"github.com/siteops/siteops/internal/mirror/store"
 )
@@ -55,8 +58,29 @@ type Options struct {
 	// selecting resources its author may not list and watch (ruleaccess). The flag defaults to
 	// on; code that builds a manager without a webhook server leaves it off.
 	WatchRuleWebhook bool
+	// GitAllowedSchemes are the URL schemes GitProviders may use; empty means https and ssh.
+	GitAllowedSchemes []string
+	// GitAllowedHosts are hosts, host:port pairs, IPs and CIDRs the mirror may push to even when
+	// loopback, link-local or private (an internal git host).
+	GitAllowedHosts []string
+	// GitAllowPrivateNetworks lets the mirror reach private networks (RFC 1918, fc00::/7,
+	// 100.64.0.0/10); loopback and link-local stay refused unless in GitAllowedHosts.
+	GitAllowPrivateNetworks bool
 
 	flags *pflag.FlagSet
+}
+
+// EgressSettings name the flags of the mirror's URL policy, for the messages of refusals.
+var EgressSettings = egress.Settings{Hosts: "--git-allowed-hosts", Private: "--git-allow-private-networks", Schemes: "--git-allowed-schemes"}
+
+// egressPolicy is the policy every connection to a GitProvider's URL goes through: GitProviders
+// are written by tenants, so their URLs are input, never a destination the manager trusts.
+func (o *Options) egressPolicy() (*egress.Policy, error) {
+	p, err := egress.New(egress.Config{Schemes: o.GitAllowedSchemes, Hosts: o.GitAllowedHosts, AllowPrivate: o.GitAllowPrivateNetworks, Settings: EgressSettings})
+	if err != nil {
+		return nil, fmt.Errorf("--git-allowed-schemes / --git-allowed-hosts: %w", err)
+	}
+	return p, nil
 }
 
 // BindFlags registers the part's flags.
@@ -78,6 +102,12 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	}
 	fs.StringVar(&o.CommitRequestWebhookClientCA, "commitrequest-webhook-client-ca", o.CommitRequestWebhookClientCA, "mirror: PEM bundle of the API server's admission client certificate; when set, the CommitRequest webhook refuses callers without an accepted certificate (see docs/mirror.md)")
 	fs.StringSliceVar(&o.CommitRequestWebhookClientNames, "commitrequest-webhook-client-names", o.CommitRequestWebhookClientNames, "mirror: client certificate names (common name or DNS name) the CommitRequest webhook accepts from --commitrequest-webhook-client-ca")
+	if len(o.GitAllowedSchemes) == 0 {
+		o.GitAllowedSchemes = slices.Clone(egress.DefaultSchemes)
+	}
+	fs.StringSliceVar(&o.GitAllowedSchemes, "git-allowed-schemes", o.GitAllowedSchemes, "mirror: URL schemes GitProviders may use (https, ssh, http)")
+	fs.StringSliceVar(&o.GitAllowedHosts, "git-allowed-hosts", o.GitAllowedHosts, "mirror: hosts, host:port pairs, IPs and CIDRs the mirror may reach even when loopback, link-local or private (an internal git host)")
+	fs.BoolVar(&o.GitAllowPrivateNetworks, "git-allow-private-networks", o.GitAllowPrivateNetworks, "mirror: let GitProviders reach private networks (RFC 1918, fc00::/7, 100.64.0.0/10); loopback and link-local stay refused")
 	o.Attribution.BindFlags(fs)
 }
 
@@ -95,6 +125,9 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--redis-key-prefix: %w", err))
 	}
 	if err := o.Attribution.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := o.egressPolicy(); err != nil {
 		errs = append(errs, err)
 	}
 	if o.CommitRequestWebhookClientCA != "" && len(o.CommitRequestWebhookClientNames) == 0 {
@@ -155,7 +188,12 @@ func SetupWithEngine(mgr ctrl.Manager, o Options) (*engine.Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create discovery client: %w", err)
 	}
+	policy, err := o.egressPolicy()
+	if err != nil {
+		return nil, err
+	}
 	eng := engine.New(dyn, cursors)
+	eng.WriterHook = func(cfg *gitwriter.Config) { cfg.Egress = policy }
 	if err := mgr.Add(eng); err != nil {
 		return nil, err
 	}
@@ -169,7 +207,7 @@ func SetupWithEngine(mgr ctrl.Manager, o Options) (*engine.Engine, error) {
 	}
 	disc := &controller.Discovery{Client: dc}
 	recorder := mgr.GetEventRecorder("siteops-mirror")
-	targets := &controller.GitTargetReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Discovery: disc, Engine: eng, Recorder: recorder, CursorsConfigured: cursors != nil}
+	targets := &controller.GitTargetReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Discovery: disc, Engine: eng, Recorder: recorder, CursorsConfigured: cursors != nil, Egress: policy}
 	eng.OnTargetChange = func(t types.NamespacedName) { targets.Notify(t) }
 	if err := targets.SetupWithManager(mgr); err != nil {
 		return nil, err
@@ -179,7 +217,7 @@ func SetupWithEngine(mgr ctrl.Manager, o Options) (*engine.Engine, error) {
 			return nil, err
 		}
 	}
-	if err := (&controller.ProviderReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder}).SetupWithManager(mgr); err != nil {
+	if err := (&controller.ProviderReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Egress: policy}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	// CommitRequests: the submitter is recorded at admission in Redis (independent of

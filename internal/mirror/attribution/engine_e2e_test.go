@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/siteops/siteops/internal/egress"
 	"github.com/siteops/siteops/internal/mirror/attribution"
 	"github.com/siteops/siteops/internal/mirror/engine"
 	"github.com/siteops/siteops/internal/mirror/gitwriter"
@@ -64,6 +65,9 @@ func TestMirrorCommitsByAuthor(t *testing.T) {
 	r := ac.resolver(attribution.Config{Route: "prod", Grace: 4 * time.Second})
 	eng := engine.New(dynamic.NewForConfigOrDie(ac.c.Config), nil)
 	eng.StreamHook = r.ConfigureStream
+	// The test remotes serve plain HTTP on loopback: allowed explicitly.
+	local := egress.MustNew(egress.Config{Schemes: []string{"https", "ssh", "http"}, Hosts: []string{"127.0.0.0/8"}})
+	eng.WriterHook = func(cfg *gitwriter.Config) { cfg.Egress = local }
 	ectx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = eng.Start(ectx) }()

@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
+	"github.com/siteops/siteops/internal/egress"
 	"github.com/siteops/siteops/internal/mirror/engine"
 	"github.com/siteops/siteops/internal/mirror/gitwriter"
 	"github.com/siteops/siteops/internal/mirror/resolve"
@@ -92,6 +93,9 @@ type GitTargetReconciler struct {
 	Recorder  events.EventRecorder
 	// CursorsConfigured says a cursor store (Redis) is configured.
 	CursorsConfigured bool
+	// Egress is the URL policy of the mirror, checked here before a writer starts (the writers
+	// check every connection too); nil allows https and ssh to public addresses only.
+	Egress *egress.Policy
 	// Changes carries the engine's status notifications into the work queue.
 	Changes chan event.GenericEvent
 }
@@ -224,6 +228,9 @@ func (r *GitTargetReconciler) desired(ctx context.Context, target *mirrorv1alpha
 	if !BranchAllowed(provider.Spec.AllowedBranches, target.Spec.Branch) {
 		return engine.TargetSpec{}, nil, &targetProblem{"BranchNotAllowed", fmt.Sprintf("branch %q does not match the allowedBranches %v of GitProvider %s", target.Spec.Branch, provider.Spec.AllowedBranches, provider.Name)}
 	}
+	if err := remoteProblem(r.Egress, &provider); err != nil {
+		return engine.TargetSpec{}, nil, err
+	}
 	auth, authVersion, err := loadCredentials(ctx, r.APIReader, &provider)
 	if err != nil {
 		return engine.TargetSpec{}, nil, err
@@ -314,6 +321,19 @@ func BranchAllowed(globs []string, branch string) bool {
 	return false
 }
 
+// remoteProblem checks what can be known of the provider's URL before connecting (scheme, an IP
+// address as host) against the mirror's URL policy.
+func remoteProblem(p *egress.Policy, provider *mirrorv1alpha1.GitProvider) *targetProblem {
+	err := gitwriter.CheckRemote(p, provider.Spec.URL)
+	switch {
+	case err == nil:
+		return nil
+	case egress.IsRefused(err):
+		return &targetProblem{gitwriter.ReasonRemoteNotAllowed, fmt.Sprintf("GitProvider %s: %s", provider.Name, err)}
+	}
+	return &targetProblem{"InvalidURL", fmt.Sprintf("GitProvider %s: %s", provider.Name, err)}
+}
+
 // loadCredentials reads the provider's Secret and returns the auth method and a version that
 // changes whenever the Secret does.
 func loadCredentials(ctx context.Context, reader client.Reader, p *mirrorv1alpha1.GitProvider) (transport.AuthMethod, string, error) {
@@ -355,7 +375,11 @@ func (r *GitTargetReconciler) writeStatus(ctx context.Context, target *mirrorv1a
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, problem.reason, problem.message
 		s.WatchedStreams, s.PendingWrites = 0, 0
 	case st.Writer.LastError != nil:
+		// The writer's errors never carry the remote's words (see gitwriter.RemoteError).
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "PushFailed", st.Writer.LastError.Error()
+		if egress.IsRefused(st.Writer.LastError) {
+			ready.Reason = gitwriter.ReasonRemoteNotAllowed
+		}
 	case st.Streams == 0:
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionTrue, "Idle", "no WatchRule or ClusterWatchRule selects a resource for this target"
 	default:

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
+	"github.com/siteops/siteops/internal/egress"
 )
 
 // RuleReconciler records the status of WatchRules and ClusterWatchRules: what they resolve to,
@@ -114,11 +115,13 @@ func (r *RuleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	return ctrl.Result{RequeueAfter: resyncInterval}, nil
 }
 
-// ProviderReconciler records whether a GitProvider's credentials load.
+// ProviderReconciler records whether a GitProvider's credentials load and its URL is allowed.
 type ProviderReconciler struct {
 	Client    client.Client
 	APIReader client.Reader
 	Recorder  events.EventRecorder
+	// Egress is the mirror's URL policy; nil allows https and ssh to public addresses only.
+	Egress *egress.Policy
 }
 
 // SetupWithManager registers the controller.
@@ -141,6 +144,9 @@ func (r *ProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		if !errors.As(err, &problem) {
 			return ctrl.Result{}, err
 		}
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, problem.reason, problem.message
+	}
+	if problem := remoteProblem(r.Egress, &p); problem != nil {
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, problem.reason, problem.message
 	}
 	for _, g := range p.Spec.AllowedBranches {

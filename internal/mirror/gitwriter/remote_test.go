@@ -3,6 +3,9 @@ package gitwriter
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
 	"net/http"
 	"strings"
 	"sync"
@@ -11,6 +14,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/siteops/siteops/internal/egress"
@@ -120,4 +125,83 @@ func hex4(n int) string {
 func localEgress(t testing.TB) *egress.Policy {
 	t.Helper()
 	return egress.MustNew(egress.Config{Schemes: []string{"https", "ssh", "http"}, Hosts: []string{"127.0.0.0/8"}})
+}
+
+// sshSecret is a Secret's data for an SSH remote at addr: a fresh identity and a known_hosts
+// line (the remote's key is never checked here: no handshake gets that far).
+func sshSecret(t *testing.T, addr string) map[string][]byte {
+	t.Helper()
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, err := ssh.MarshalPrivateKey(key, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sshPub, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string][]byte{KeyIdentity: pem.EncodeToMemory(block), KeyKnownHosts: []byte(knownhosts.Line([]string{addr}, sshPub) + "\n")}
+}
+
+// TestSSHRemoteThroughThePolicy: an SSH remote on loopback is refused before any connection
+// (the listener accepts nothing), naming the setting; allowed, the connection goes through the
+// same dialer and ends at the writer's timeout when the remote never answers.
+func TestSSHRemoteThroughThePolicy(t *testing.T) {
+	l := testenv.LoopbackListener(t)
+	var accepted atomic.Int64
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			t.Cleanup(func() { _ = c.Close() })
+		}
+	}()
+	url := "ssh://git@" + l.Addr().String() + "/org/repo.git"
+	auth, err := Credentials(url, sshSecret(t, l.Addr().String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := egress.Settings{Hosts: "--git-allowed-hosts"}
+	strict := egress.MustNew(egress.Config{Settings: settings})
+	w, _ := startWriter(t, Config{URL: url, Branch: "main", Auth: auth, Committer: Signature{"Mirror", "mirror@example.com"}, Egress: strict, RetryInterval: 10 * time.Millisecond})
+	testenv.Eventually(t, 10*time.Second, func() error {
+		err := w.Status().LastError
+		if !egress.IsRefused(err) || !strings.Contains(err.Error(), "--git-allowed-hosts") {
+			return errString("want a refusal naming --git-allowed-hosts, got " + errText(err))
+		}
+		return nil
+	})
+	if n := accepted.Load(); n != 0 {
+		t.Fatalf("the refused SSH remote got %d connections", n)
+	}
+
+	allowed := egress.MustNew(egress.Config{Hosts: []string{l.Addr().String()}, Settings: settings})
+	start := time.Now()
+	w, _ = startWriter(t, Config{URL: url, Branch: "main", Auth: auth, Committer: Signature{"Mirror", "mirror@example.com"}, Egress: allowed, Timeout: time.Second, RetryInterval: time.Hour})
+	testenv.Eventually(t, 10*time.Second, func() error {
+		err := w.Status().LastError
+		if err == nil || !strings.Contains(err.Error(), "no complete answer within 1s") {
+			return errString("want the timeout, got " + errText(err))
+		}
+		return nil
+	})
+	if accepted.Load() == 0 {
+		t.Fatal("the allowed SSH remote was never dialled")
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("an SSH remote that never answers held the fetch %s with a 1s timeout", took)
+	}
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "no error"
+	}
+	return err.Error()
 }
