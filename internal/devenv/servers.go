@@ -11,6 +11,7 @@ import (
 	"github.com/siteops/siteops/internal/decofile"
 	"github.com/siteops/siteops/internal/egress"
 	"github.com/siteops/siteops/internal/manager"
+	"github.com/siteops/siteops/internal/mirror"
 	"github.com/siteops/siteops/internal/mirror/audit"
 	"github.com/siteops/siteops/internal/servers"
 )
@@ -70,6 +71,7 @@ func startServers(ctx context.Context, env *Env, dir string, mo *manager.Options
 	}
 	env.onStop(s.Git.Stop)
 	allowLocalGit(&mo.Decofile.Delivery, s.Git.BaseURL)
+	allowLocalMirrorGit(&mo.Mirror, s.Git.BaseURL)
 	return s, nil
 }
 
@@ -83,6 +85,18 @@ func allowLocalGit(d *decofile.DeliveryOptions, baseURL string) {
 		d.SourceAllowedSchemes = append(d.SourceAllowedSchemes, "http")
 	}
 	d.SourceAllowedHosts = append(d.SourceAllowedHosts, strings.TrimPrefix(baseURL, "http://"))
+}
+
+// allowLocalMirrorGit lets the mirror push to the local git remote (plain HTTP on loopback):
+// exactly that host and port, as a platform allows its internal git host.
+func allowLocalMirrorGit(m *mirror.Options, baseURL string) {
+	if !slices.Contains(m.GitAllowedSchemes, "http") {
+		if len(m.GitAllowedSchemes) == 0 {
+			m.GitAllowedSchemes = slices.Clone(egress.DefaultSchemes)
+		}
+		m.GitAllowedSchemes = append(m.GitAllowedSchemes, "http")
+	}
+	m.GitAllowedHosts = append(m.GitAllowedHosts, strings.TrimPrefix(baseURL, "http://"))
 }
 
 // auditWebhook prepares the mirror's audit receiver on a loopback port with a throw-away CA, and
