@@ -763,12 +763,17 @@ func TestNotesWarnAboutMissingSettings(t *testing.T) {
 		}
 		return rel.Info.Notes
 	}
-	if n := notes(""); !strings.Contains(n, "flags.valkey-sentinel-addrs") || !strings.Contains(n, "flags.redis-addr") || !strings.Contains(n, "cert-manager") || !strings.Contains(n, "networkPolicy.apiServer admits 0.0.0.0/0") {
+	if n := notes(""); !strings.Contains(n, "flags.valkey-sentinel-addrs") || !strings.Contains(n, "flags.redis-addr") || !strings.Contains(n, "cert-manager") || !strings.Contains(n, "networkPolicy.apiServer admits 0.0.0.0/0") ||
+		!strings.Contains(n, "flags.commitrequest-webhook-client-ca") {
 		t.Errorf("default notes do not name the missing settings:\n%s", n)
 	}
-	n := notes("flags: {valkey-url: 'redis://valkey:6379', redis-addr: 'valkey:6379', webhook-self-signed: true}\nsecrets: {valkeyAdminPassword: {name: v}}\nnetworkPolicy: {apiServer: [{ipBlock: {cidr: 192.0.2.0/24}}]}")
+	n := notes("flags: {valkey-url: 'redis://valkey:6379', redis-addr: 'valkey:6379', webhook-self-signed: true, commitrequest-webhook-client-ca: /etc/siteops/apiserver-ca.pem}\nsecrets: {valkeyAdminPassword: {name: v}}\nnetworkPolicy: {apiServer: [{ipBlock: {cidr: 192.0.2.0/24}}]}")
 	if strings.Contains(n, "WARNING") || strings.Contains(n, "Note:") || !strings.Contains(n, "siteops-system/siteops-webhook-ca") {
 		t.Errorf("complete values still warn, or self-signed mode is not explained:\n%s", n)
+	}
+	// The CommitRequest webhook's warning follows the helper that decides whether it is served.
+	if n := notes("flags: {commitrequest-webhook: false}"); strings.Contains(n, "commitrequest-webhook-client-ca") {
+		t.Errorf("notes warn about the CommitRequest webhook's client CA while it is off:\n%s", n)
 	}
 }
 
