@@ -123,6 +123,11 @@ func TestTenantGitProviderCannotReachInternalServices(t *testing.T) {
 		}
 		return nil
 	})
+	for name := range cases {
+		var gt mirrorv1alpha1.GitTarget
+		must(t, tenant.Client.Get(ctx, types.NamespacedName{Namespace: tenant.Namespace, Name: name}, &gt))
+		t.Logf("%s: %s", name, meta.FindStatusCondition(gt.Status.Conditions, mirrorv1alpha1.ConditionReady).Message)
+	}
 	// The provider named by address is refused as soon as it is read.
 	testenv.Eventually(t, 10*time.Second, func() error {
 		var p mirrorv1alpha1.GitProvider
