@@ -3,12 +3,12 @@
 package rbac
 
 import (
-	_ "embed"
-	"fmt"
-
 	"bytes"
+	_ "embed"
 	"errors"
+	"fmt"
 	"io"
+
 	rbacv1 "k8s.io/api/rbac/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )

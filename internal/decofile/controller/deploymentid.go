@@ -42,7 +42,7 @@ func DeploymentIDHolder(items []decov1.Decofile, df *decov1.Decofile) *decov1.De
 
 func conflict(df, holder *decov1.Decofile) outcome {
 	return outcome{reason: decov1.ReasonDeploymentIDConflict, err: fmt.Errorf(
-		"Decofile %s, created earlier, already has deploymentId %q in this namespace; two Decofiles with one deploymentId would notify the same pods and share one S3 object, so this one is not delivered: give it another spec.deploymentId (or delete one of them)",
+		"the Decofile %s, created earlier, already has deploymentId %q in this namespace; two Decofiles with one deploymentId would notify the same pods and share one S3 object, so this one is not delivered: give it another spec.deploymentId (or delete one of them)",
 		holder.Name, df.DeploymentIDOrName())}
 }
 

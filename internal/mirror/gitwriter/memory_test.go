@@ -78,7 +78,7 @@ func rejectedPushLoad(t testing.TB, changes, objects, sampleEvery int) (uint64, 
 	// Let the writer take what is queued, then look once more.
 	testenv.Eventually(t, time.Minute, func() error {
 		if st := w.Status(); st.Pending > objects || st.LastError == nil {
-			return fmt.Errorf("pending %d (want at most %d distinct objects), last error %v", st.Pending, objects, st.LastError)
+			return fmt.Errorf("pending %d (want at most %d distinct objects), last error %w", st.Pending, objects, st.LastError)
 		}
 		return nil
 	})
