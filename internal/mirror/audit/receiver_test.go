@@ -228,14 +228,25 @@ func TestHandlerStoresFactsAndFailsWithStore(t *testing.T) {
 	}
 }
 
-// TestReceiverMutualTLS serves the receiver over real mTLS on a loopback address.
-func TestReceiverMutualTLS(t *testing.T) {
+// liveReceiver is a receiver served over real mTLS on a loopback address, storing facts in a
+// real Redis under a key prefix.
+type liveReceiver struct {
+	redisAddr string
+	ip        string
+	certs     *testenv.MTLS
+	// good is the API server's client TLS configuration.
+	good *tls.Config
+	url  string
+}
+
+func serveReceiver(t *testing.T, prefix string, maxBody int64) *liveReceiver {
+	t.Helper()
 	srv := testenv.Redis(t, servers.RedisOptions{})
-	s, err := store.NewRedisStore(store.RedisStoreConfig{Addr: srv.Addr, KeyPrefix: "mtls"})
+	s, err := store.NewRedisStore(store.RedisStoreConfig{Addr: srv.Addr, KeyPrefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { _ = s.Close() })
 	l := testenv.LoopbackListener(t)
 	ip := strings.Split(l.Addr().String(), ":")[0]
 	certs := testenv.NewMTLS(t, "kube-apiserver", ip)
@@ -243,7 +254,7 @@ func TestReceiverMutualTLS(t *testing.T) {
 		CertDir:      certs.CertDir,
 		ClientCAFile: certs.CAFile,
 		ClientNames:  []string{"kube-apiserver"},
-		Handler:      &Handler{Recorder: s.AttributionIndex(time.Minute), MaxBodyBytes: 64 << 10},
+		Handler:      &Handler{Recorder: s.AttributionIndex(time.Minute), MaxBodyBytes: maxBody},
 		Listener:     l,
 	})
 	if err != nil {
@@ -252,32 +263,52 @@ func TestReceiverMutualTLS(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Start(ctx) }()
-	defer func() {
+	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Start: %v", err)
 		}
-	}()
-	url := "https://" + l.Addr().String() + "/audit-webhook/prod"
-	do := func(cfg *tls.Config, body []byte) (int, error) {
-		c := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 5 * time.Second}
-		resp, err := c.Post(url, "application/json", bytes.NewReader(body))
-		if err != nil {
-			return 0, err
-		}
-		defer resp.Body.Close()
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return resp.StatusCode, nil
-	}
-	good := certs.ClientTLS(t)
+	})
+	lr := &liveReceiver{redisAddr: srv.Addr, ip: ip, certs: certs, good: certs.ClientTLS(t)}
+	lr.url = "https://" + l.Addr().String() + "/audit-webhook/prod"
 	testenv.Eventually(t, 5*time.Second, func() error {
-		code, err := do(good, eventList(event("create", "alice", "u1", "5", nil)))
+		code, err := lr.do(lr.good, eventList(event("create", "alice", "u1", "5", nil)))
 		if err != nil || code != 200 {
 			return fmt.Errorf("status %d, %w", code, err)
 		}
 		return nil
 	})
+	return lr
+}
 
+// do posts body with the client TLS configuration cfg.
+func (lr *liveReceiver) do(cfg *tls.Config, body []byte) (int, error) {
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 5 * time.Second}
+	resp, err := c.Post(lr.url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, nil
+}
+
+// keys lists the Redis keys matching pattern.
+func (lr *liveReceiver) keys(t *testing.T, pattern string) []string {
+	t.Helper()
+	raw := redis.NewClient(&redis.Options{Addr: lr.redisAddr})
+	defer raw.Close()
+	keys, err := raw.Keys(context.Background(), pattern).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+// TestReceiverMutualTLS serves the receiver over real mTLS on a loopback address.
+func TestReceiverMutualTLS(t *testing.T) {
+	lr := serveReceiver(t, "mtls", 64<<10)
+	ip, certs, good, do := lr.ip, lr.certs, lr.good, lr.do
 	// No client certificate: the handshake fails.
 	noCert := good.Clone()
 	noCert.Certificates = nil
@@ -306,10 +337,7 @@ func TestReceiverMutualTLS(t *testing.T) {
 	if code, err := do(good, []byte(`{"apiVersion":"audit.k8s.io/v1","kind":"EventList","items":[{"verb":}]}`)); err != nil || code != http.StatusBadRequest {
 		t.Fatalf("malformed body: %d, %v", code, err)
 	}
-	raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer raw.Close()
-	keys, _ := raw.Keys(ctx, "mtls:*").Result()
-	if len(keys) != 2 {
+	if keys := lr.keys(t, "mtls:*"); len(keys) != 2 {
 		t.Fatalf("keys = %q, want the two of the accepted create", keys)
 	}
 }
@@ -317,53 +345,8 @@ func TestReceiverMutualTLS(t *testing.T) {
 // TestReceiverRefusesOtherClientNames: a client certificate from the right CA is not enough; its
 // common name or a DNS name must be one of --audit-client-names.
 func TestReceiverRefusesOtherClientNames(t *testing.T) {
-	srv := testenv.Redis(t, servers.RedisOptions{})
-	s, err := store.NewRedisStore(store.RedisStoreConfig{Addr: srv.Addr, KeyPrefix: "names"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	l := testenv.LoopbackListener(t)
-	ip := strings.Split(l.Addr().String(), ":")[0]
-	certs := testenv.NewMTLS(t, "kube-apiserver", ip)
-	r, err := NewReceiver(Config{
-		CertDir:      certs.CertDir,
-		ClientCAFile: certs.CAFile,
-		ClientNames:  []string{"kube-apiserver"},
-		Handler:      &Handler{Recorder: s.AttributionIndex(time.Minute)},
-		Listener:     l,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Start(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Start: %v", err)
-		}
-	}()
-	url := "https://" + l.Addr().String() + "/audit-webhook/prod"
-	do := func(cfg *tls.Config, body []byte) (int, error) {
-		c := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 5 * time.Second}
-		resp, err := c.Post(url, "application/json", bytes.NewReader(body))
-		if err != nil {
-			return 0, err
-		}
-		defer resp.Body.Close()
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return resp.StatusCode, nil
-	}
-	good := certs.ClientTLS(t)
-	testenv.Eventually(t, 5*time.Second, func() error {
-		code, err := do(good, eventList(event("create", "alice", "u1", "5", nil)))
-		if err != nil || code != 200 {
-			return fmt.Errorf("status %d, %w", code, err)
-		}
-		return nil
-	})
+	lr := serveReceiver(t, "names", 0)
+	certs, good, do := lr.certs, lr.good, lr.do
 	// A pod holding any certificate of the same CA (another client of the cluster CA) forges a
 	// fact for a change it wants credited to someone else.
 	crt, key := certs.Issue(t, "system:node:worker-1", x509.ExtKeyUsageClientAuth, nil)
@@ -377,10 +360,7 @@ func TestReceiverRefusesOtherClientNames(t *testing.T) {
 	if err == nil && code == http.StatusOK {
 		t.Fatalf("a client certificate named system:node:worker-1 was accepted (status %d)", code)
 	}
-	raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer raw.Close()
-	keys, _ := raw.Keys(ctx, "names:*u2*").Result()
-	if len(keys) != 0 {
+	if keys := lr.keys(t, "names:*u2*"); len(keys) != 0 {
 		t.Fatalf("the refused client stored facts: %q", keys)
 	}
 }
