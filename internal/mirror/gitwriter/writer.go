@@ -486,9 +486,13 @@ func (w *Writer) fetch(ctx context.Context) (bool, error) {
 		if ar.Capabilities.Supports(capability.NoProgress) {
 			_ = req.Capabilities.Set(capability.NoProgress)
 		}
-		if !w.tip.IsZero() {
-			// The remote then sends only what changed since the writer's tip.
+		if _, err := w.repo.Storer.EncodedObject(plumbing.CommitObject, w.tip); !w.tip.IsZero() && err == nil {
+			// The remote then sends only what changed since the writer's tip; the shallow lines
+			// tell it where the writer's history stops, so it assumes nothing older is here.
 			req.Haves = []plumbing.Hash{w.tip}
+			if req.Shallows, err = w.repo.Storer.Shallow(); err != nil {
+				return false, fmt.Errorf("read the shallow commits: %w", err)
+			}
 		}
 		resp, err := sess.UploadPack(ctx, req)
 		if err == nil {
@@ -497,6 +501,9 @@ func (w *Writer) fetch(ctx context.Context) (bool, error) {
 		}
 		if err != nil {
 			return false, w.remote.describe(ctx, ex, what, err)
+		}
+		if err := w.addShallows(resp.Shallows); err != nil {
+			return false, err
 		}
 		if _, err := w.repo.Storer.EncodedObject(plumbing.CommitObject, tip); err != nil {
 			return false, &RemoteError{msg: fmt.Sprintf("%s: the remote did not send commit %s; retrying", what, tip)}
@@ -508,6 +515,26 @@ func (w *Writer) fetch(ctx context.Context) (bool, error) {
 	moved := tip != w.tip
 	w.tip = tip
 	return moved, nil
+}
+
+// addShallows records commits fetched without their parents.
+func (w *Writer) addShallows(hs []plumbing.Hash) error {
+	if len(hs) == 0 {
+		return nil
+	}
+	known, err := w.repo.Storer.Shallow()
+	if err != nil {
+		return fmt.Errorf("read the shallow commits: %w", err)
+	}
+	for _, h := range hs {
+		if !slices.Contains(known, h) {
+			known = append(known, h)
+		}
+	}
+	if err := w.repo.Storer.SetShallow(known); err != nil {
+		return fmt.Errorf("record the shallow commits: %w", err)
+	}
+	return nil
 }
 
 // flush commits ops on the current tip and pushes, rebuilding on a moved remote. cmd, when set,

@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/siteops/siteops/internal/servers"
 	"github.com/siteops/siteops/internal/testenv"
@@ -249,7 +251,13 @@ func TestWriterReopensToReleaseMemory(t *testing.T) {
 	remote := testenv.GitRemote(t, servers.GitRemoteOptions{})
 	url, _ := remote.CreateRepo("reopen", "main")
 	bare := remote.RepoDir("reopen")
-	w, _ := startWriter(t, Config{URL: url, Branch: "main", Committer: Signature{"Mirror", "mirror@example.com"}, ReopenAfter: 1})
+	// A failed refetch keeps the current repository and logs it: the logs tell whether it worked.
+	logs := &syncBuffer{}
+	w := New(Config{URL: url, Branch: "main", Committer: Signature{"Mirror", "mirror@example.com"}, ReopenAfter: 1, Egress: localEgress(t)})
+	rctx, cancel := context.WithCancel(logf.IntoContext(context.Background(), funcr.New(func(prefix, args string) { logs.add(prefix + " " + args) }, funcr.Options{})))
+	done := make(chan struct{})
+	go func() { _ = w.Run(rctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
 	ctx := context.Background()
 	for i, name := range []string{"a", "b", "c"} {
 		_ = w.Enqueue(ctx, upsert("ns/core/configmaps/"+name+".yaml", name+"\n", fmt.Sprint(i)))
@@ -259,6 +267,9 @@ func TestWriterReopensToReleaseMemory(t *testing.T) {
 		t.Fatalf("files after reopening between pushes:\n%s", files)
 	}
 	gitOut(t, "", "--git-dir", bare, "fsck", "--strict")
+	if strings.Contains(logs.String(), "keeping the current one") {
+		t.Fatalf("the writer could not refetch the repository:\n%s", logs)
+	}
 }
 
 func TestCloseWindowCommitsTheTargetWithMessageAndAuthor(t *testing.T) {
