@@ -21,14 +21,24 @@ const (
 )
 
 // TargetType says where the merged content is stored for pods to load.
-// +kubebuilder:validation:Enum=configmap;s3
+// tanstack-kv is accepted so that Decofiles written for the published Decofile operator (v0.11)
+// are stored and kept as they are; siteops does not deliver it (Ready=False, TargetNotSupported).
+// +kubebuilder:validation:Enum=configmap;s3;tanstack-kv
 type TargetType string
 
 // Targets.
 const (
 	TargetConfigMap TargetType = "configmap"
 	TargetS3        TargetType = "s3"
+	// TargetTanStackKV syncs the content to a Cloudflare KV namespace with a Job; it is served
+	// by the published Decofile operator (v0.11), not by siteops.
+	TargetTanStackKV TargetType = "tanstack-kv"
 )
+
+// Supported reports whether siteops delivers this target.
+func (t TargetType) Supported() bool {
+	return t == "" || t == TargetConfigMap || t == TargetS3
+}
 
 // Format is how the content is stored in the ConfigMap.
 type Format string
@@ -95,8 +105,20 @@ type GitSource struct {
 	SecretRef *corev1.LocalObjectReference `json:"secretRef,omitempty"`
 }
 
+// TanStackKVTarget is the Cloudflare KV destination of the tanstack-kv target, kept so that
+// Decofiles written for the published Decofile operator (v0.11) round-trip unchanged.
+type TanStackKVTarget struct {
+	// KVNamespaceID is the Cloudflare KV namespace the content is synced to.
+	// +kubebuilder:validation:MinLength=1
+	KVNamespaceID string `json:"kvNamespaceId"`
+	// SiteOrigin is the site's public origin, used by the sync job.
+	// +optional
+	SiteOrigin string `json:"siteOrigin,omitempty"`
+}
+
 // DecofileSpec is the desired content of a site's Decofile and how it is delivered.
 // +kubebuilder:validation:XValidation:rule="(self.source == 'inline') == has(self.inline) && (self.source == 'github') == has(self.github) && (self.source == 'git') == has(self.git)",message="exactly the block named by spec.source (inline, github or git) must be set"
+// +kubebuilder:validation:XValidation:rule="!has(self.target) || self.target != 'tanstack-kv' || (has(self.tanstackKV) && self.source == 'github')",message="spec.target tanstack-kv needs spec.tanstackKV and spec.source github"
 type DecofileSpec struct {
 	// Source selects which of inline, github or git provides the content.
 	// +kubebuilder:validation:Required
@@ -122,6 +144,10 @@ type DecofileSpec struct {
 	// +kubebuilder:default=configmap
 	// +optional
 	Target TargetType `json:"target,omitempty"`
+	// TanStackKV configures the tanstack-kv target (served by the published Decofile operator
+	// v0.11; siteops keeps it as written).
+	// +optional
+	TanStackKV *TanStackKVTarget `json:"tanstackKV,omitempty"`
 	// Silent stores new content without notifying running pods.
 	// +optional
 	Silent bool `json:"silent,omitempty"`
@@ -207,6 +233,10 @@ type DecofileStatus struct {
 	// LastUpdated is when the stored content last changed.
 	// +optional
 	LastUpdated *metav1.Time `json:"lastUpdated,omitempty"`
+	// JobName is the KV sync Job of the tanstack-kv target, written by the published Decofile
+	// operator (v0.11); siteops keeps it and never writes it.
+	// +optional
+	JobName string `json:"jobName,omitempty"`
 	// Rollout summarises the latest notification of running pods.
 	// +optional
 	Rollout *RolloutStatus `json:"rollout,omitempty"`

@@ -79,6 +79,10 @@ const (
 	ReasonS3Uploaded = "S3Uploaded"
 	// ReasonProgressing: the content is being fetched or stored.
 	ReasonProgressing = "Progressing"
+	// ReasonTargetNotSupported: spec.target names a target siteops does not deliver
+	// (tanstack-kv, served by the published Decofile operator v0.11); the Decofile and what it
+	// stored are left as they are.
+	ReasonTargetNotSupported = "TargetNotSupported"
 	// ReasonTooLarge: even the compressed form does not fit in a ConfigMap.
 	ReasonTooLarge = "TooLarge"
 	// ReasonDeploymentIDConflict: an older Decofile of the namespace has the same deploymentId;

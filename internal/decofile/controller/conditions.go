@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"fmt"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -24,4 +26,13 @@ func setKstatus(next *decov1.DecofileStatus, out outcome, generation int64) {
 	meta.SetStatusCondition(&next.Conditions, metav1.Condition{
 		Type: typ, Status: metav1.ConditionTrue, Reason: out.reason, Message: out.message, ObservedGeneration: generation,
 	})
+}
+
+// notSupported is the outcome for a target siteops does not deliver (tanstack-kv, served by the
+// published Decofile operator v0.11). It is Stalled: only a change of spec.target, or an
+// operator that serves the target, moves it.
+func notSupported(df *decov1.Decofile) outcome {
+	return outcome{reason: decov1.ReasonTargetNotSupported, err: fmt.Errorf(
+		"spec.target %s is served by the published Decofile operator (v0.11), not by siteops: this Decofile, its ConfigMap and its KV sync are left as they are; change spec.target to configmap or s3 to have siteops deliver it (see docs/migration.md)",
+		df.TargetOrDefault())}
 }

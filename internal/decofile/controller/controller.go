@@ -200,14 +200,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if df.DeletionTimestamp != nil {
 		return ctrl.Result{}, nil
 	}
-	if err := r.ensureReloadSecret(ctx, &df); err != nil {
-		return ctrl.Result{}, err
+	supported := df.TargetOrDefault().Supported()
+	if supported {
+		if err := r.ensureReloadSecret(ctx, &df); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 
 	next := df.Status.DeepCopy()
 	next.ObservedGeneration = df.Generation
 	var out outcome
-	if holder, err := r.deploymentIDHolder(ctx, &df); err != nil {
+	if !supported {
+		// Another operator serves this target: nothing is fetched, written or deleted.
+		out = notSupported(&df)
+	} else if holder, err := r.deploymentIDHolder(ctx, &df); err != nil {
 		out = outcome{reason: ReasonStoreFailed, err: err, transient: true}
 	} else if holder != nil {
 		out = conflict(&df, holder)
@@ -259,7 +265,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	default:
 		reconcilesTotal.WithLabelValues("unchanged").Inc()
 	}
-	if out.err == nil || !out.transient {
+	if (out.err == nil || !out.transient) && supported {
 		if every := pollInterval(&df); every > 0 {
 			return ctrl.Result{RequeueAfter: every}, nil
 		}

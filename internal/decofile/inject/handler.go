@@ -138,6 +138,10 @@ func (h *Injector) mutate(ctx context.Context, namespace string, obj *unstructur
 	if err != nil {
 		return nil, "", err
 	}
+	if d != nil && !d.TargetOrDefault().Supported() {
+		// Served by another operator (tanstack-kv, v0.11): the workload is left exactly as it is.
+		return append(warnings, fmt.Sprintf("Decofile %q has spec.target %s, which the published Decofile operator (v0.11) serves, not siteops: nothing injected", d.Name, d.TargetOrDefault())), ResultWarned, nil
+	}
 	if d == nil {
 		// Nothing to inject yet; still give the tenant its cache credentials.
 		warnings = append(warnings, Apply(tpl, plan)...)

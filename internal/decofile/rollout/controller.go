@@ -193,7 +193,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, err
 	}
-	if df.DeletionTimestamp != nil {
+	if df.DeletionTimestamp != nil || !df.TargetOrDefault().Supported() {
+		// Being deleted, or served by another operator (tanstack-kv): its pods are not ours to notify.
 		r.stopRunner(key)
 		return ctrl.Result{}, nil
 	}
