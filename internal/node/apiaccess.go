@@ -34,9 +34,17 @@ func NewAPIAccess(dir string) (*APIAccess, error) {
 }
 
 // APIServerFlags are the kube-apiserver flags a node needs: Node addresses used as they are
-// (not resolved through the machine's DNS) and, with a, the client certificate for kubelets.
+// (not resolved through the machine's DNS); the `kubernetes` Service's endpoint left to the node
+// (the API server's own address is the machine's loopback, which no pod reaches); webhook and
+// aggregated API Services dialled at their endpoints (pod IPs the machine routes to the node)
+// rather than at ClusterIPs only the node's namespace knows; and, with a, the client
+// certificate for kubelets.
 func APIServerFlags(a *APIAccess) map[string]string {
-	f := map[string]string{"kubelet-preferred-address-types": "InternalIP"}
+	f := map[string]string{
+		"kubelet-preferred-address-types": "InternalIP",
+		"endpoint-reconciler-type":        "none",
+		"enable-aggregator-routing":       "true",
+	}
 	if a != nil {
 		f["kubelet-client-certificate"] = a.CertFile
 		f["kubelet-client-key"] = a.KeyFile

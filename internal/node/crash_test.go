@@ -49,6 +49,7 @@ func TestNodeDiesWithItsOwner(t *testing.T) {
 	c := testenv.APIServer(t)
 	testenv.RequireNode(t)
 	testenv.ImageArchive(t, "siteops-site")
+	c.Controllers(t)
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := os.WriteFile(kubeconfig, c.KubeConfig, 0o600); err != nil {
@@ -82,12 +83,16 @@ func TestNodeDiesWithItsOwner(t *testing.T) {
 			t.Fatal("the child exited before its node was Ready")
 		}
 		name, nodeDir = f[0], f[1]
+		// A dead node's Node stays Ready until a controller notices: never leave it to others.
+		t.Cleanup(func() {
+			_ = c.Client.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		})
 	case <-time.After(2 * time.Minute):
 		t.Fatal("the child's node not Ready after 2 minutes")
 	}
 
 	ctx := context.Background()
-	ns := c.Namespace(t, "crash", nil)
+	ns := c.PodNamespace(t, "crash")
 	pod := sitePod(ns, name)
 	pod.Spec.Containers[0].Env = nil
 	pod.Spec.Containers[0].VolumeMounts, pod.Spec.Volumes = nil, nil
@@ -123,7 +128,6 @@ func TestNodeDiesWithItsOwner(t *testing.T) {
 			t.Errorf("%s is still there after Sweep", p)
 		}
 	}
-	_ = c.Client.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
 }
 
 // nodeProcesses lists processes whose command line names the node's folder (kubelet,

@@ -20,8 +20,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/siteops/siteops/internal/servers"
@@ -173,6 +177,9 @@ func Start(ctx context.Context, o Options) (_ *Node, err error) {
 		return nil, err
 	}
 	if err := n.waitFor(ctx, o.ReadyTimeout, "kubelet", n.ready); err != nil {
+		return nil, err
+	}
+	if err := n.publishAPIServer(ctx); err != nil {
 		return nil, err
 	}
 	return n, nil
@@ -384,10 +391,69 @@ func (n *Node) Stop(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	if n.client != nil {
+		if err := n.unpublishAPIServer(ctx); err != nil {
+			errs = append(errs, err)
+		}
 		err := n.client.Delete(ctx, &corev1.Node{ObjectMeta: objectMeta(n.Name)})
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete Node %s: %w", n.Name, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// APIServerSlice names the EndpointSlice of the `kubernetes` Service that a node publishes.
+// There is one per API server, so a node killed without Stop leaves no dead endpoint once the
+// next node starts; the pods of one node only reach that node's relay, so an API server serves
+// one node at a time.
+const APIServerSlice = "kubernetes-siteops-node"
+
+// apiServerSlice is the EndpointSlice of the `kubernetes` Service pointing at the relay on the
+// node's address, so pods reach the API server at the Service's ClusterIP.
+func (n *Node) apiServerSlice() *discoveryv1.EndpointSlice {
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: APIServerSlice, Namespace: metav1.NamespaceDefault,
+			Labels: map[string]string{discoveryv1.LabelServiceName: "kubernetes", discoveryv1.LabelManagedBy: "siteops-node"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{n.IP},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To[int32](APIPort), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}
+}
+
+// publishAPIServer creates (or replaces) apiServerSlice.
+func (n *Node) publishAPIServer(ctx context.Context) error {
+	s := n.apiServerSlice()
+	err := n.client.Create(ctx, s)
+	if apierrors.IsAlreadyExists(err) {
+		var old discoveryv1.EndpointSlice
+		if err = n.client.Get(ctx, client.ObjectKeyFromObject(s), &old); err == nil {
+			s.ResourceVersion = old.ResourceVersion
+			err = n.client.Update(ctx, s)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("publish the API server's endpoint for pods: %w", err)
+	}
+	return nil
+}
+
+// unpublishAPIServer deletes apiServerSlice while it still points at this node.
+func (n *Node) unpublishAPIServer(ctx context.Context) error {
+	var s discoveryv1.EndpointSlice
+	err := n.client.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceDefault, Name: APIServerSlice}, &s)
+	if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read the kubernetes Service's EndpointSlice: %w", err)
+	}
+	if len(s.Endpoints) == 0 || len(s.Endpoints[0].Addresses) == 0 || s.Endpoints[0].Addresses[0] != n.IP {
+		return nil
+	}
+	err = n.client.Delete(ctx, &s, client.Preconditions{UID: &s.UID, ResourceVersion: &s.ResourceVersion})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete the kubernetes Service's EndpointSlice: %w", err)
+	}
+	return nil
 }

@@ -16,7 +16,9 @@ import (
 
 	"golang.org/x/sys/unix"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
@@ -46,7 +48,7 @@ func TestNodeRunsSitePod(t *testing.T) {
 	t.Logf("node %s (%s, pods %s) Ready in %s", n.Name, n.IP, n.PodCIDR, time.Since(start).Round(time.Millisecond))
 
 	ctx := context.Background()
-	ns := c.Namespace(t, "node", nil)
+	ns := c.PodNamespace(t, "node")
 	const token = "reload-token-0123456789"
 	objs := []client.Object{
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "deco", Namespace: ns},
@@ -206,11 +208,13 @@ func TestNodeRunsDeployment(t *testing.T) {
 	c.Controllers(t)
 	n := c.Node(t, testenv.ImageArchive(t, "siteops-site"))
 	ctx := context.Background()
-	ns := c.Namespace(t, "deploy", nil)
+	ns := c.PodNamespace(t, "deploy")
 	labels := map[string]string{"app": "site"}
 	pod := sitePod(ns, "")
 	pod.Spec.Containers[0].Env = nil
 	pod.Spec.Containers[0].VolumeMounts, pod.Spec.Volumes = nil, nil
+	// Only this test's node: Nodes of other tests may linger in the shared API server.
+	pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: n.Name}
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "site", Namespace: ns},
 		Spec: appsv1.DeploymentSpec{
@@ -304,4 +308,58 @@ func getInNetns(netnsPath, addr string) error {
 		errc <- nil
 	}()
 	return <-errc
+}
+
+// TestNodePodTalksToAPIServer runs the manager image as a pod: with its ServiceAccount token it
+// reaches the API server in-cluster (the `kubernetes` Service, through kube-proxy and the node's
+// relay, verifying the API server's certificate) and takes the leader Lease.
+func TestNodePodTalksToAPIServer(t *testing.T) {
+	c := testenv.APIServer(t)
+	n := c.Node(t, testenv.ImageArchive(t, "siteops-manager"))
+	ctx := context.Background()
+	ns := c.PodNamespace(t, "manager")
+	crb := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: ns + "-manager"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "default", Namespace: ns}},
+	}
+	if err := c.Client.Create(ctx, crb); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Client.Delete(context.Background(), crb) })
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "manager", Namespace: ns},
+		Spec: corev1.PodSpec{
+			NodeName:                      n.Name,
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+			Containers: []corev1.Container{{
+				Name: "manager", Image: "siteops-manager:0.1.0", ImagePullPolicy: corev1.PullNever,
+				Args: []string{"--leader-elect", "--leader-election-namespace=" + ns, "--metrics-bind-address=0",
+					"--controllers=decofile", "--webhook-self-signed", "--webhook-cert-dir=/tmp/certs"},
+			}},
+		},
+	}
+	if err := c.Client.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var lease coordinationv1.Lease
+		err := c.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "siteops-manager.siteops.dev"}, &lease)
+		if err == nil && lease.Spec.HolderIdentity != nil && strings.HasPrefix(*lease.Spec.HolderIdentity, "manager") {
+			t.Logf("the manager pod holds the Lease (%s) after %s", *lease.Spec.HolderIdentity, time.Since(start).Round(time.Millisecond))
+			return
+		}
+		if time.Now().After(deadline) {
+			logs, _ := cs.CoreV1().Pods(ns).GetLogs("manager", &corev1.PodLogOptions{}).DoRaw(ctx)
+			_ = c.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod)
+			t.Fatalf("no Lease held by the manager pod after 60 s (lease: %v); pod %s %v; log:\n%s", err, pod.Status.Phase, pod.Status.ContainerStatuses, logs)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }

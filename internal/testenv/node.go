@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/siteops/siteops/internal/node"
@@ -20,9 +22,12 @@ import (
 // nodeAccess is the kubelet client certificate of the API servers NodeAPIServerOptions made.
 var nodeAccess *node.APIAccess
 
-// NodeAPIServerOptions returns o with what a real node needs of the API server: Node addresses
-// used as reported, and a client certificate for calling kubelets (logs, exec). Pass it to Main
-// or NewAPIServer in packages that call (*Cluster).Node.
+// NodeAPIServerOptions returns o with what a real node needs of the API server (see
+// node.APIServerFlags): a kubelet client certificate, a serving certificate that names the
+// `kubernetes` Service so pods can verify it, and the ServiceAccount admission plugin on, so
+// pods get the token they use in-cluster. Pass it to Main or NewAPIServer in packages that call
+// (*Cluster).Node; pods then need their namespace's default ServiceAccount, which the
+// controllers (*Cluster).Node starts create.
 func NodeAPIServerOptions(o servers.APIServerOptions) servers.APIServerOptions {
 	configure := o.Configure
 	o.Configure = func(env *envtest.Environment) {
@@ -30,15 +35,25 @@ func NodeAPIServerOptions(o servers.APIServerOptions) servers.APIServerOptions {
 			configure(env)
 		}
 		if nodeAccess == nil {
-			dir, err := os.MkdirTemp("", "siteops-kubelet-client-")
-			if err == nil {
+			if dir, err := os.MkdirTemp("", "siteops-kubelet-client-"); err == nil {
 				nodeAccess, _ = node.NewAPIAccess(dir)
 			}
 		}
-		args := env.ControlPlane.GetAPIServer().Configure()
+		api := env.ControlPlane.GetAPIServer()
+		// envtest generates certificates only into an empty cert-dir.
+		if dir, err := os.MkdirTemp("", "siteops-apiserver-"); err == nil {
+			if certs, err := node.NewAPIServerCerts(dir); err == nil {
+				api.CertDir = certs.Dir
+				api.SecureServing.CA = certs.CAPEM
+			}
+		}
+		args := api.Configure()
 		for k, v := range node.APIServerFlags(nodeAccess) {
 			args.Set(k, v)
 		}
+		// envtest turns ServiceAccount off because nothing creates default ServiceAccounts
+		// without kube-controller-manager; with a node it runs.
+		args.Set("disable-admission-plugins", "StorageObjectInUseProtection")
 	}
 	return o
 }
@@ -75,6 +90,7 @@ func ImageArchive(t testing.TB, name string) string {
 func (c *Cluster) Node(t testing.TB, images ...string) *node.Node {
 	t.Helper()
 	RequireNode(t)
+	c.Controllers(t)
 	// A short folder: containerd's socket path must fit in 107 bytes.
 	dir, err := os.MkdirTemp("", "node-")
 	if err != nil {
@@ -153,6 +169,17 @@ func (c *Cluster) Controllers(t testing.TB) {
 			_ = os.RemoveAll(r.ctl.Dir)
 		}
 	})
+}
+
+// PodNamespace creates a namespace like Namespace and waits for its default ServiceAccount
+// (made by kube-controller-manager), without which the API server refuses pods.
+func (c *Cluster) PodNamespace(t testing.TB, prefix string) string {
+	t.Helper()
+	ns := c.Namespace(t, prefix, nil)
+	Eventually(t, 30*time.Second, func() error {
+		return c.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "default"}, &corev1.ServiceAccount{})
+	})
+	return ns
 }
 
 // logTails logs the last lines of the node's logs.
