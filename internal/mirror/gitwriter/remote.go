@@ -257,8 +257,9 @@ func CheckRemote(p *egress.Policy, rawURL string) error {
 	if err != nil {
 		return err
 	}
-	ip, err := netip.ParseAddr(strings.Trim(ep.Host, "[]"))
-	if err != nil {
+	ip, isIP := parseIP(ep.Host)
+	if !isIP {
+		// A name: checked on the addresses it resolves to, when connecting.
 		return nil
 	}
 	port := ep.Port
@@ -271,6 +272,11 @@ func CheckRemote(p *egress.Policy, rawURL string) error {
 		return &RemoteError{msg: fmt.Sprintf("remote %s: %s", r.shown, err), kind: refused}
 	}
 	return nil
+}
+
+func parseIP(host string) (netip.Addr, bool) {
+	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	return ip, err == nil
 }
 
 // Redact removes credentials from a URL before it is shown.

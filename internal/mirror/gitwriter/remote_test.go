@@ -205,3 +205,34 @@ func errText(err error) string {
 	}
 	return err.Error()
 }
+
+// TestCheckRemote: what is known before connecting (scheme, an IP address as host) is refused
+// with the setting to change; names wait for the connection.
+func TestCheckRemote(t *testing.T) {
+	p := egress.MustNew(egress.Config{Settings: egress.Settings{Hosts: "--git-allowed-hosts", Private: "--git-allow-private-networks", Schemes: "--git-allowed-schemes"}})
+	for url, want := range map[string][]string{
+		"https://git.example.com/org/repo.git":         nil,
+		"git@git.example.com:org/repo.git":             nil,
+		"https://localhost/org/repo.git":               nil, // a name: checked when connecting
+		"http://git.example.com/org/repo.git":          {"scheme", "--git-allowed-schemes"},
+		"https://169.254.169.254/latest/meta-data":     {"link-local", "--git-allowed-hosts"},
+		"git@10.0.0.5:org/repo.git":                    {"private", "--git-allow-private-networks"},
+		"ssh://git@[::1]:2222/org/repo.git":            {"loopback", "--git-allowed-hosts"},
+		"https://user:s3cret@127.0.0.1/org/repo.git":   {"loopback"},
+		"https://[::ffff:127.0.0.1]:8443/org/repo.git": {"loopback"},
+	} {
+		err := CheckRemote(p, url)
+		if (err == nil) != (want == nil) || (err != nil && !egress.IsRefused(err)) {
+			t.Errorf("%s: %v", url, err)
+			continue
+		}
+		for _, w := range want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q does not mention %q", url, err, w)
+			}
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%s: the refusal shows the URL's password: %v", url, err)
+		}
+	}
+}
