@@ -51,3 +51,22 @@ func TestOptionsRejectBadPrefixes(t *testing.T) {
 		}
 	}
 }
+
+// TestOptionsGitEgress: the mirror's URL policy defaults to https and ssh to public addresses,
+// takes an internal git host, and refuses entries it cannot read.
+func TestOptionsGitEgress(t *testing.T) {
+	o := parse(t)
+	p, err := o.egressPolicy()
+	if err != nil || !p.AllowsScheme("https") || !p.AllowsScheme("ssh") || p.AllowsScheme("http") {
+		t.Fatalf("default schemes: %v %v", o.GitAllowedSchemes, err)
+	}
+	o = parse(t, "--git-allowed-schemes=https,http", "--git-allowed-hosts=git.internal,10.20.0.0/16", "--git-allow-private-networks")
+	if p, err = o.egressPolicy(); err != nil || !p.AllowsScheme("http") || p.AllowsScheme("ssh") || !o.GitAllowPrivateNetworks {
+		t.Fatalf("policy from flags: %+v %v", o, err)
+	}
+	for _, args := range [][]string{{"--git-allowed-schemes=gopher"}, {"--git-allowed-hosts=a/b"}} {
+		if err := parse(t, args...).Validate(); err == nil || !strings.Contains(err.Error(), "--git-allowed") {
+			t.Errorf("%v accepted or not named: %v", args, err)
+		}
+	}
+}
