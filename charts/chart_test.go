@@ -77,7 +77,16 @@ func managerFlags() (*pflag.FlagSet, *manager.Options) {
 	fs := pflag.NewFlagSet("siteops-manager", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	o.BindFlags(fs)
-	return fs, &o
+	// Hidden flags are deprecated aliases of v0.11's names (docs/migration.md): the chart sets
+	// the siteops name, so they are no chart value and no row of the flag tables.
+	visible := pflag.NewFlagSet("siteops-manager", pflag.ContinueOnError)
+	visible.SetOutput(io.Discard)
+	fs.VisitAll(func(f *pflag.Flag) {
+		if !f.Hidden {
+			visible.AddFlag(f)
+		}
+	})
+	return visible, &o
 }
 
 func loadChart(t *testing.T) *chart.Chart {

@@ -64,8 +64,26 @@ type DeliveryOptions struct {
 	Concurrency int
 }
 
+// EnvLegacyEnableWebhooks is the published Decofile operator's (v0.11) switch for its webhooks:
+// the value "false" (and only that, as v0.11 reads it) makes --decofile-disable-injection default
+// to true.
+const EnvLegacyEnableWebhooks = "ENABLE_WEBHOOKS"
+
+// Deprecations lists one line per v0.11 environment variable that is set, saying what to use
+// instead; the manager logs them at start.
+func (o *Options) Deprecations() []string {
+	out := s3target.Deprecations()
+	if _, ok := os.LookupEnv(EnvLegacyEnableWebhooks); ok {
+		out = append(out, fmt.Sprintf("environment variable %s (published Decofile operator v0.11) is deprecated: use --decofile-disable-injection", EnvLegacyEnableWebhooks))
+	}
+	return out
+}
+
 // BindFlags registers the part's flags.
 func (o *Options) BindFlags(fs *pflag.FlagSet) {
+	if os.Getenv(EnvLegacyEnableWebhooks) == "false" {
+		o.DisableInjection = true
+	}
 	fs.BoolVar(&o.DisableInjection, "decofile-disable-injection", o.DisableInjection, "do not serve the Decofile injection and delete-protection webhooks")
 	o.bindRolloutFlags(fs)
 	o.bindDeliveryFlags(fs)

@@ -39,6 +39,14 @@ const (
 // Parts lists every part in start order.
 var Parts = []string{PartDecofile, PartTenant, PartMirror}
 
+// LegacyParts maps the --controllers names of the published Decofile operator (v0.11) to the
+// siteops part that does the same work; "" marks a v0.11 part siteops has no counterpart for
+// (Deco, DecoRedirect), accepted and ignored. v0.11's "decofile" is siteops' "decofile".
+var LegacyParts = map[string]string{
+	"valkey-acl": PartTenant, "valkeyacl": PartTenant, "valkey": PartTenant,
+	"deco": "", "decoredirect": "", "deco-redirect": "",
+}
+
 // Options configures the manager and every part.
 type Options struct {
 	// MetricsAddr serves Prometheus metrics; "0" disables it.
@@ -99,7 +107,7 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect a leader so only one replica runs controllers")
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "name of the leader election Lease")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "namespace of the leader election Lease (default: the manager's namespace)")
-	fs.StringSliceVar(&o.Controllers, "controllers", o.Controllers, "parts to run: "+strings.Join(Parts, ","))
+	fs.StringSliceVar(&o.Controllers, "controllers", o.Controllers, "parts to run: "+strings.Join(Parts, ",")+" (v0.11's part names are accepted, see docs/migration.md)")
 	fs.StringVar(&o.WebhookHost, "webhook-host", o.WebhookHost, "address the admission webhook server binds to")
 	fs.IntVar(&o.WebhookPort, "webhook-port", o.WebhookPort, "port of the admission webhook server")
 	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", o.WebhookCertDir, "folder with tls.crt and tls.key for the webhook server")
@@ -109,13 +117,30 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	o.Decofile.BindFlags(fs)
 	o.Tenant.BindFlags(fs)
 	o.Mirror.BindFlags(fs)
+	o.Tenant.BindLegacyFlags(fs)
+}
+
+// Deprecations lists one line per v0.11 name in use (environment variables, --controllers
+// part names), saying what to use instead; Run logs them.
+func (o *Options) Deprecations() []string {
+	out := append(o.Decofile.Deprecations(), o.Tenant.Deprecations()...)
+	for _, c := range o.Controllers {
+		if part, ok := LegacyParts[c]; ok {
+			use := "--controllers=" + part
+			if part == "" {
+				use = "nothing: siteops has no such part (the published operator keeps serving it)"
+			}
+			out = append(out, fmt.Sprintf("--controllers part %q (published Decofile operator v0.11) is deprecated: use %s", c, use))
+		}
+	}
+	return out
 }
 
 // Validate reports option values that cannot work, all at once.
 func (o *Options) Validate() error {
 	var errs []error
 	for _, c := range o.Controllers {
-		if !slices.Contains(Parts, c) {
+		if _, legacy := LegacyParts[c]; !slices.Contains(Parts, c) && !legacy {
 			errs = append(errs, fmt.Errorf("--controllers: unknown part %q (known: %s)", c, strings.Join(Parts, ",")))
 		}
 	}
@@ -132,7 +157,15 @@ func (o *Options) Validate() error {
 }
 
 // Enabled reports whether part is in --controllers.
-func (o *Options) Enabled(part string) bool { return slices.Contains(o.Controllers, part) }
+// A v0.11 part name counts as the siteops part it maps to.
+func (o *Options) Enabled(part string) bool {
+	return slices.ContainsFunc(o.Controllers, func(c string) bool {
+		if p, ok := LegacyParts[c]; ok {
+			return p == part && part != ""
+		}
+		return c == part
+	})
+}
 
 // New builds a manager for cfg with the enabled parts registered.
 func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
@@ -218,6 +251,9 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	mgr, err := New(cfg, o)
 	if err != nil {
 		return err
+	}
+	for _, d := range o.Deprecations() {
+		ctrl.Log.WithName("setup").Info("deprecated: " + d)
 	}
 	ctrl.Log.WithName("setup").Info("starting manager", "controllers", o.Controllers, "leaderElect", o.LeaderElect)
 	return mgr.Start(ctx)

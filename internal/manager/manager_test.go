@@ -90,3 +90,30 @@ func freeAddr(t *testing.T) string {
 	}
 	return fmt.Sprintf("127.0.0.1:%d", port)
 }
+
+// TestLegacyControllerNames: v0.11's --controllers part names run the siteops part that does the
+// same work, its Deco/DecoRedirect parts are accepted and ignored, and each gets a deprecation line.
+func TestLegacyControllerNames(t *testing.T) {
+	o := manager.DefaultOptions()
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	o.BindFlags(fs)
+	if err := fs.Parse([]string{"--controllers=decofile,valkey-acl,deco,decoredirect"}); err != nil {
+		t.Fatal(err)
+	}
+	if !o.Enabled(manager.PartDecofile) || !o.Enabled(manager.PartTenant) || o.Enabled(manager.PartMirror) || o.Enabled("") {
+		t.Fatalf("parts enabled wrongly for %v", o.Controllers)
+	}
+	err := o.Validate()
+	if err != nil && strings.Contains(err.Error(), "unknown part") {
+		t.Fatalf("v0.11 part names rejected: %v", err)
+	}
+	d := strings.Join(o.Deprecations(), "\n")
+	for _, want := range []string{`"valkey-acl" (published Decofile operator v0.11) is deprecated: use --controllers=tenant`, `"deco"`, `"decoredirect"`} {
+		if !strings.Contains(d, want) {
+			t.Errorf("deprecations %q lack %q", d, want)
+		}
+	}
+	if strings.Contains(d, `"decofile"`) {
+		t.Errorf("decofile is a siteops name, not deprecated: %q", d)
+	}
+}

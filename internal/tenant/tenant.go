@@ -5,10 +5,14 @@ package tenant
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"cmp"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +31,23 @@ import (
 const (
 	EnvAdminPassword = "VALKEY_ADMIN_PASSWORD"
 	EnvResyncPeriod  = "VALKEY_ACL_RESYNC_PERIOD"
+)
+
+// Environment variables and flags of the published Decofile operator (v0.11), accepted as
+// deprecated aliases so its Deployment's settings keep working (docs/migration.md).
+const (
+	// EnvLegacyURL is --valkey-url.
+	EnvLegacyURL = "VALKEY_URL"
+	// EnvLegacySentinelURLs is --valkey-sentinel-addrs (comma-separated; host:port or redis:// URLs).
+	EnvLegacySentinelURLs = "VALKEY_SENTINEL_URLS"
+	// EnvLegacySentinelMaster is --valkey-sentinel-master.
+	EnvLegacySentinelMaster = "VALKEY_SENTINEL_MASTER_NAME"
+	// EnvLegacyWatchFailover switched v0.11's failover watch; siteops always watches every Sentinel.
+	EnvLegacyWatchFailover = "VALKEY_WATCH_FAILOVER"
+	// FlagLegacySentinelURLs is the v0.11 name of --valkey-sentinel-addrs.
+	FlagLegacySentinelURLs = "valkey-sentinel-urls"
+	// FlagLegacyWatchFailover is v0.11's failover-watch switch; siteops always watches.
+	FlagLegacyWatchFailover = "valkey-watch-failover"
 )
 
 // Defaults.
@@ -64,15 +85,22 @@ type Options struct {
 	// always reserved.
 	ReservedUsers []string
 
-	envErr error
+	envErr              error
+	legacyWatchFailover bool // --valkey-watch-failover, accepted and ignored
 }
 
 // BindFlags registers the part's flags. The resync period defaults to VALKEY_ACL_RESYNC_PERIOD
 // when set (an unparsable value is reported by Validate); the admin password falls back to
 // VALKEY_ADMIN_PASSWORD when used, so it never shows as a flag default in --help.
 func (o *Options) BindFlags(fs *pflag.FlagSet) {
+	if o.URL == "" {
+		o.URL = os.Getenv(EnvLegacyURL)
+	}
+	if v := os.Getenv(EnvLegacySentinelURLs); len(o.SentinelAddrs) == 0 && v != "" {
+		o.SentinelAddrs = splitList(v)
+	}
 	if o.SentinelMaster == "" {
-		o.SentinelMaster = DefaultMasterName
+		o.SentinelMaster = cmp.Or(os.Getenv(EnvLegacySentinelMaster), DefaultMasterName)
 	}
 	if o.ResyncPeriod == 0 {
 		o.ResyncPeriod = DefaultResyncPeriod
@@ -104,9 +132,78 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.DeleteTimeout, "valkey-acl-delete-timeout", o.DeleteTimeout, "how long an unreachable Valkey may delay removing a namespace's finalizer")
 }
 
+// BindLegacyFlags registers v0.11's flag names that differ from siteops' as hidden, deprecated
+// aliases (pflag prints one deprecation line when one is used). --valkey-url,
+// --valkey-sentinel-master, --valkey-admin-password and --valkey-acl-resync-period already have
+// v0.11's names and meaning.
+func (o *Options) BindLegacyFlags(fs *pflag.FlagSet) {
+	fs.StringSliceVar(&o.SentinelAddrs, FlagLegacySentinelURLs, o.SentinelAddrs, "alias of --valkey-sentinel-addrs")
+	_ = fs.MarkDeprecated(FlagLegacySentinelURLs, "use --valkey-sentinel-addrs")
+	fs.BoolVar(&o.legacyWatchFailover, FlagLegacyWatchFailover, true, "ignored: every Sentinel is always watched for failovers")
+	_ = fs.MarkDeprecated(FlagLegacyWatchFailover, "siteops always watches every Sentinel for failovers; remove it")
+}
+
+// Deprecations lists one line per v0.11 environment variable that is set, saying what to use
+// instead; the manager logs them at start.
+func (o *Options) Deprecations() []string {
+	var out []string
+	for _, a := range [][2]string{
+		{EnvLegacyURL, "--valkey-url"},
+		{EnvLegacySentinelURLs, "--valkey-sentinel-addrs"},
+		{EnvLegacySentinelMaster, "--valkey-sentinel-master"},
+		{EnvLegacyWatchFailover, "nothing (every Sentinel is always watched for failovers)"},
+	} {
+		if _, ok := os.LookupEnv(a[0]); ok {
+			out = append(out, fmt.Sprintf("environment variable %s (published Decofile operator v0.11) is deprecated: use %s", a[0], a[1]))
+		}
+	}
+	return out
+}
+
+// Sentinels returns the Sentinel addresses as host:port, taking v0.11's redis:// and rediss://
+// URLs too, and the password the first URL carries (used when --valkey-sentinel-password is
+// empty).
+func (o *Options) Sentinels() (addrs []string, password string, err error) {
+	for _, a := range o.SentinelAddrs {
+		a = strings.TrimSpace(a)
+		if !strings.Contains(a, "://") {
+			addrs = append(addrs, a)
+			continue
+		}
+		u, perr := url.Parse(a)
+		if perr != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
+			// The URL may carry a password: name it by position only.
+			return nil, "", fmt.Errorf("tenant part: Sentinel address %d is not host:port nor a redis:// or rediss:// URL", len(addrs)+1)
+		}
+		if p, ok := u.User.Password(); ok && password == "" {
+			password = p
+		}
+		addrs = append(addrs, u.Host)
+	}
+	return addrs, password, nil
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // Validate reports flag values that cannot work.
 func (o *Options) Validate() error {
 	errs := []error{o.envErr}
+	if v, ok := os.LookupEnv(EnvLegacyWatchFailover); ok {
+		if _, err := strconv.ParseBool(v); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q is not a boolean", EnvLegacyWatchFailover, v))
+		}
+	}
+	if _, _, err := o.Sentinels(); err != nil {
+		errs = append(errs, err)
+	}
 	if len(o.SentinelAddrs) == 0 && o.URL == "" {
 		errs = append(errs, errors.New("tenant part: set --valkey-sentinel-addrs (or --valkey-url for a single node), or leave \"tenant\" out of --controllers"))
 	}
@@ -142,8 +239,12 @@ func (o *Options) Reserved() []string {
 
 // NodeConfig returns the node-set configuration the options describe.
 func (o *Options) NodeConfig() (acl.Config, error) {
+	sentinels, urlPassword, err := o.Sentinels()
+	if err != nil {
+		return acl.Config{}, err
+	}
 	cfg := acl.Config{
-		SentinelAddrs: o.SentinelAddrs, MasterName: o.SentinelMaster, SentinelPassword: o.SentinelPassword,
+		SentinelAddrs: sentinels, MasterName: o.SentinelMaster, SentinelPassword: cmp.Or(o.SentinelPassword, urlPassword),
 		URL: o.URL, Username: o.AdminUsername, Password: o.AdminPassword,
 	}
 	if cfg.Password == "" {
@@ -212,9 +313,9 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err := mgr.Add(&resync.Periodic{Syncer: syncer, Period: o.ResyncPeriod, JitterFactor: 0.1}); err != nil {
 		return fmt.Errorf("add periodic tenant resync: %w", err)
 	}
-	if len(o.SentinelAddrs) > 0 {
+	if len(cfg.SentinelAddrs) > 0 {
 		w := &failover.Watcher{
-			Sentinels: o.SentinelAddrs, MasterName: o.SentinelMaster, Client: nodes.SentinelClient,
+			Sentinels: cfg.SentinelAddrs, MasterName: o.SentinelMaster, Client: nodes.SentinelClient,
 			Resyncer: syncer, Failovers: metrics.Failovers,
 		}
 		if err := mgr.Add(w); err != nil {

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -31,6 +32,25 @@ const (
 	EnvPublicHost       = "S3_PUBLIC_HOST"
 	EnvDeleteOnFinalize = "S3_DELETE_ON_FINALIZE"
 )
+
+// LegacyEnvPrefix marks the names the published Decofile operator (v0.11) reads for the same
+// settings (DECOFILE_S3_BUCKET, DECOFILE_S3_REGION, DECOFILE_S3_PREFIX, DECOFILE_S3_PUBLIC_HOST):
+// each is used when the siteops name is unset, and logged as deprecated.
+const LegacyEnvPrefix = "DECOFILE_"
+
+// legacyEnvs are the S3_* names v0.11 reads with LegacyEnvPrefix.
+var legacyEnvs = []string{EnvBucket, EnvRegion, EnvPrefix, EnvPublicHost}
+
+// Deprecations lists one line per v0.11 environment variable that is set.
+func Deprecations() []string {
+	var out []string
+	for _, env := range legacyEnvs {
+		if _, ok := os.LookupEnv(LegacyEnvPrefix + env); ok {
+			out = append(out, fmt.Sprintf("environment variable %s (published Decofile operator v0.11) is deprecated: use %s", LegacyEnvPrefix+env, env))
+		}
+	}
+	return out
+}
 
 // Config is the operator's S3 target. The zero value (no bucket) means the s3 target is not
 // configured: Decofiles asking for it get Ready=False with reason S3TargetNotConfigured.
@@ -81,7 +101,10 @@ func orEnv(v, env string) string {
 	if v != "" {
 		return v
 	}
-	return os.Getenv(env)
+	if e := os.Getenv(env); e != "" || !slices.Contains(legacyEnvs, env) {
+		return e
+	}
+	return os.Getenv(LegacyEnvPrefix + env)
 }
 
 // Enabled reports whether the s3 target is configured.
