@@ -3,9 +3,9 @@
 package tenant
 
 import (
+	"cmp"
 	"crypto/tls"
 	"crypto/x509"
-	"cmp"
 	"errors"
 	"fmt"
 	"net/url"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"strconv"
@@ -20,7 +21,10 @@ import (
 	"github.com/siteops/siteops/internal/decofile/source"
 )
 
-// configMap reads the Decofile's ConfigMap from the API server (nil when absent).
+// configMap reads the Decofile's ConfigMap from the API server (nil when absent). A ConfigMap
+// owned by another object is a ConfigMapConflict; one with no controller at all is returned with
+// that error too, so that store may still adopt it when it holds exactly the built content (a
+// ConfigMap written by the published operator, v0.11).
 func (r *Reconciler) configMap(ctx context.Context, df *decov1.Decofile) (*corev1.ConfigMap, error) {
 	var cm corev1.ConfigMap
 	err := r.reader.Get(ctx, client.ObjectKey{Namespace: df.Namespace, Name: df.ConfigMapName()}, &cm)
@@ -31,9 +35,78 @@ func (r *Reconciler) configMap(ctx context.Context, df *decov1.Decofile) (*corev
 		return nil, &source.Error{Reason: ReasonStoreFailed, Transient: true, Err: fmt.Errorf("read ConfigMap %s: %w", df.ConfigMapName(), err)}
 	}
 	if owner := metav1.GetControllerOf(&cm); owner == nil || owner.UID != df.UID {
-		return nil, &source.Error{Reason: ReasonConfigMapConflict, Err: fmt.Errorf("ConfigMap %s exists and is not owned by this Decofile; delete or rename it", cm.Name)}
+		err := &source.Error{Reason: ReasonConfigMapConflict, Err: fmt.Errorf("ConfigMap %s exists and is not owned by this Decofile; delete or rename it", cm.Name)}
+		if owner == nil && df.Status.StoredHash == "" {
+			return &cm, err
+		}
+		return nil, err
 	}
 	return &cm, nil
+}
+
+// adoption is a ConfigMap the operator did not write (no status.storedHash) that already holds
+// the content just built: its value is kept byte for byte instead of being rewritten.
+type adoption struct {
+	format decov1.Format
+	data   string
+	ts     int64
+}
+
+// adoptable reports whether cm holds exactly one stored value (decofile.json or decofile.bin)
+// and a timestamp.txt, and that value decodes, within limit bytes, to JSON whose canonical
+// merge hashes to hash. Anything else is rewritten as usual.
+func adoptable(cm *corev1.ConfigMap, hash string, limit int64) (*adoption, bool) {
+	if cm == nil || len(cm.Data) != 2 || len(cm.BinaryData) != 0 {
+		return nil, false
+	}
+	ts := timestampOf(cm)
+	if ts <= 0 {
+		return nil, false
+	}
+	a := &adoption{ts: ts}
+	if v, ok := cm.Data[decov1.KeyBin]; ok {
+		a.format, a.data = decov1.FormatBin, v
+	} else if v, ok := cm.Data[decov1.KeyJSON]; ok {
+		a.format, a.data = decov1.FormatJSON, v
+	} else {
+		return nil, false
+	}
+	raw, err := encode.Decode(a.format, a.data, limit)
+	if err != nil {
+		return nil, false
+	}
+	var blocks map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &blocks); err != nil {
+		return nil, false
+	}
+	merged, err := encode.Merge(blocks)
+	if err != nil || encode.Hash(merged) != hash {
+		return nil, false
+	}
+	return a, true
+}
+
+// adoptConfigMap takes cm over without touching its data: it gets this operator's labels, its
+// informational annotations and the Decofile as controller, so the next reconcile finds it intact.
+func (r *Reconciler) adoptConfigMap(ctx context.Context, df *decov1.Decofile, cm *corev1.ConfigMap, hash string, a *adoption) error {
+	if cm.Labels == nil {
+		cm.Labels = map[string]string{}
+	}
+	if cm.Annotations == nil {
+		cm.Annotations = map[string]string{}
+	}
+	maps.Copy(cm.Labels, map[string]string{decov1.LabelManagedBy: decov1.ManagedByValue, decov1.LabelDecofile: df.Name})
+	cm.Annotations[AnnotationContentHash] = hash
+	cm.Annotations[AnnotationStoredHash] = sha(a.data)
+	if metav1.GetControllerOf(cm) == nil {
+		if err := controllerutil.SetControllerReference(df, cm, r.client.Scheme()); err != nil {
+			return &source.Error{Reason: ReasonStoreFailed, Err: fmt.Errorf("own ConfigMap %s: %w", cm.Name, err)}
+		}
+	}
+	if err := r.client.Update(ctx, cm); err != nil {
+		return &source.Error{Reason: ReasonStoreFailed, Transient: true, Err: fmt.Errorf("adopt ConfigMap %s: %w", cm.Name, err)}
+	}
+	return nil
 }
 
 // isIntact reports whether cm holds exactly what the operator stored, as the status (which

@@ -59,6 +59,9 @@ const (
 	ReasonConfigMapConflict = "ConfigMapConflict"
 	// ReasonStoreFailed: writing the ConfigMap failed; retried with backoff.
 	ReasonStoreFailed = "StoreFailed"
+	// ReasonConfigMapAdopted (Normal Event): a ConfigMap the operator had not written (one left
+	// by the published operator, v0.11) already held the content and was taken over as it is.
+	ReasonConfigMapAdopted = "ConfigMapAdopted"
 	// ReasonConfigMapRestored (Warning Event): the ConfigMap did not hold what the operator
 	// stored (changed outside the operator) and was rewritten.
 	ReasonConfigMapRestored = "ConfigMapRestored"
@@ -180,6 +183,8 @@ type outcome struct {
 	commit string
 	// restored: the ConfigMap held something the operator did not store and was rewritten.
 	restored bool
+	// adopted: an existing ConfigMap already held the content and was taken over unchanged.
+	adopted bool
 }
 
 // Reconcile brings one Decofile's ConfigMap and status up to date.
@@ -258,6 +263,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.recorder.Eventf(&df, nil, corev1.EventTypeWarning, ReasonConfigMapRestored, "Deliver",
 			"ConfigMap %s did not hold the content the operator stored (changed outside the operator); restored it: %s", next.ConfigMapName, out.message)
 		log.Info("Decofile ConfigMap restored", "configMap", next.ConfigMapName)
+	case out.adopted:
+		reconcilesTotal.WithLabelValues("adopted").Inc()
+		r.recorder.Eventf(&df, nil, corev1.EventTypeNormal, ReasonConfigMapAdopted, "Deliver",
+			"ConfigMap %s already held this content (%s, timestamp %d): kept its data and took it over", next.ConfigMapName, keyOf(next.Format), next.Timestamp)
+		log.Info("Decofile ConfigMap adopted", "configMap", next.ConfigMapName, "format", next.Format)
 	case out.changed:
 		reconcilesTotal.WithLabelValues("stored").Inc()
 		r.recorder.Eventf(&df, nil, corev1.EventTypeNormal, "Stored", "Deliver", "%s", out.message)
@@ -311,9 +321,9 @@ func (r *Reconciler) deliver(ctx context.Context, df *decov1.Decofile, next *dec
 		}
 		return outcome{reason: ReasonS3NotConfigured, err: errors.New("spec.target is s3 but this operator has no S3 target configured (--s3-bucket is not set); use target: configmap, or configure the operator's --s3-* flags")}
 	}
-	cm, err := r.configMap(ctx, df)
-	if err != nil {
-		return fail(err)
+	cm, conflict := r.configMap(ctx, df)
+	if conflict != nil && cm == nil {
+		return fail(conflict)
 	}
 	intact := isIntact(cm, &df.Status)
 	// The status says this ConfigMap holds content the operator stored, and it does not:
@@ -331,7 +341,7 @@ func (r *Reconciler) deliver(ctx context.Context, df *decov1.Decofile, next *dec
 		out.commit = commit
 		return out
 	}
-	out := r.store(ctx, df, next, cm, intact, blocks, commit, cached)
+	out := r.store(ctx, df, next, cm, conflict, intact, blocks, commit, cached)
 	out.commit = commit
 	if out.err == nil {
 		next.S3URL = "" // back on the configmap target: pods no longer load the object
@@ -343,8 +353,10 @@ func (r *Reconciler) deliver(ctx context.Context, df *decov1.Decofile, next *dec
 // errRejected says the resolved commit is the one that already failed for good.
 var errRejected = errors.New("commit already rejected")
 
-// store records the fetched commit and, when the content changed, encodes and writes it.
-func (r *Reconciler) store(ctx context.Context, df *decov1.Decofile, next *decov1.DecofileStatus, cm *corev1.ConfigMap, intact bool, blocks source.Blocks, commit string, cached bool) outcome {
+// store records the fetched commit and, when the content changed, encodes and writes it. A
+// ConfigMap the operator never stored to (no status.storedHash) that already holds this content
+// is adopted instead of rewritten; conflict, when set, is why cm may be written only that way.
+func (r *Reconciler) store(ctx context.Context, df *decov1.Decofile, next *decov1.DecofileStatus, cm *corev1.ConfigMap, conflict error, intact bool, blocks source.Blocks, commit string, cached bool) outcome {
 	// Source and commit are recorded only with content stored from them: after a failure,
 	// sourceType and githubCommit still describe the content pods have.
 	succeeded := func(changed bool) outcome {
@@ -364,6 +376,27 @@ func (r *Reconciler) store(ctx context.Context, df *decov1.Decofile, next *decov
 		return fail(&source.Error{Reason: source.ReasonInvalidContent, Err: err})
 	}
 	hash := encode.Hash(merged)
+	if !intact && df.Status.StoredHash == "" && cm != nil {
+		if a, ok := adoptable(cm, hash, r.contentLimit()); ok {
+			if err := r.adoptConfigMap(ctx, df, cm, hash, a); err != nil {
+				return fail(err)
+			}
+			next.ContentHash, next.StoredHash = hash, sha(a.data)
+			next.Timestamp, next.Format = a.ts, a.format
+			next.RawBytes, next.StoredBytes = int64(len(merged)), int64(len(a.data))
+			next.ConfigMapName = df.ConfigMapName()
+			if next.LastUpdated == nil {
+				now := metav1.NewTime(r.now())
+				next.LastUpdated = &now
+			}
+			out := succeeded(false)
+			out.adopted = true
+			return out
+		}
+		if conflict != nil {
+			return fail(conflict)
+		}
+	}
 	if hash == df.Status.ContentHash && intact {
 		// Same content (perhaps a new commit that changed nothing in the folder): nothing to
 		// compress or write.
@@ -409,6 +442,15 @@ func (r *Reconciler) store(ctx context.Context, df *decov1.Decofile, next *decov
 	rawBytes.WithLabelValues(df.Namespace, df.Name).Set(float64(res.RawBytes))
 	storedBytes.WithLabelValues(df.Namespace, df.Name).Set(float64(res.StoredBytes()))
 	return succeeded(true)
+}
+
+// contentLimit is the most JSON an existing ConfigMap value is decoded to when it is checked
+// for adoption: the same bound a source may deliver.
+func (r *Reconciler) contentLimit() int64 {
+	if r.opts.GitHub != nil && r.opts.GitHub.Limits.DecompressedBytes > 0 {
+		return r.opts.GitHub.Limits.DecompressedBytes
+	}
+	return source.DefaultLimits.DecompressedBytes
 }
 
 func fail(err error) outcome {
