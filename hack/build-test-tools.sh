@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the real servers the tests need (kube-apiserver, etcd, versitygw) from the Go module
 # proxy into a per-machine cache, once. A warm run only checks version stamps. With --node it
-# also builds what a real node runs: kubelet, kube-scheduler, kube-controller-manager, kube-proxy, containerd
-# (with ctr and the runc shim), runc and the CNI plugins.
+# also builds what a real node runs: kubelet, kube-scheduler, kube-controller-manager, kube-proxy,
+# containerd (with ctr and the runc shim), runc, the CNI plugins, CoreDNS and the pause program.
 set -euo pipefail
 
 export GOTOOLCHAIN="${GOTOOLCHAIN:-go1.27.3}"
@@ -13,6 +13,7 @@ VERSITYGW_VERSION="${VERSITYGW_VERSION:-v1.8.0}"
 CONTAINERD_VERSION="${CONTAINERD_VERSION:-v2.4.2}"
 RUNC_VERSION="${RUNC_VERSION:-v1.5.3}"
 CNI_PLUGINS_VERSION="${CNI_PLUGINS_VERSION:-v1.10.0}"
+COREDNS_VERSION="${COREDNS_VERSION:-v1.15.0}"
 NODE=false
 [[ "${1:-}" == "--node" ]] && NODE=true
 CACHE_DIR="${SITEOPS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/siteops}"
@@ -97,6 +98,8 @@ if $NODE; then
     echo "$pause_sum" >"$(stamp pause)"
   fi
   for c in kube-scheduler kube-controller-manager kube-proxy; do build_kube "$c"; done
+  # Cluster DNS for the node's pods.
+  build_in_wrapper coredns "$COREDNS_VERSION" github.com/coredns/coredns github.com/coredns/coredns
 fi
 
 echo "$BIN_DIR"

@@ -25,6 +25,8 @@ type configValues struct {
 	Dir, BinDir string
 	// NodeIP is the host end of the veth pair: kubelet listens there and reports it.
 	NodeIP string
+	// NamespaceIP is the namespace's end, where CoreDNS answers the pods.
+	NamespaceIP string
 	// PodCIDR is the pod subnet on the bridge inside the node's network namespace.
 	PodCIDR string
 	// CgroupRoot is the cgroup (in every hierarchy) that holds all the node's pods.
@@ -70,6 +72,7 @@ func kubeletConfig(v configValues) ([]byte, error) {
 		"oomScoreAdj":                 0,
 		"resolvConf":                  v.Dir + "/resolv.conf",
 		"clusterDomain":               "cluster.local",
+		"clusterDNS":                  []string{v.NamespaceIP},
 		"podCIDR":                     v.PodCIDR,
 		"maxPods":                     60,
 		"serializeImagePulls":         false,
@@ -184,4 +187,30 @@ func kubeProxyConfig(v configValues, nodeName string) ([]byte, error) {
 		"metricsBindAddress": "127.0.0.1:10249",
 	}
 	return json.MarshalIndent(cfg, "", "  ")
+}
+
+var corefileTemplate = template.Must(template.New("Corefile").Parse(`# Cluster DNS of one siteops development node (generated). Only cluster names are answered:
+# nothing is forwarded, so no query leaves the machine.
+.:53 {
+    bind {{.NodeIP}}
+    errors
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+        kubeconfig {{.Dir}}/kube-proxy.kubeconfig {{.Context}}
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+        ttl 5
+    }
+    cache 5
+}
+`))
+
+// corefile is CoreDNS's configuration: it serves the cluster's names on the namespace's end of
+// the veth pair (the pods' nameserver), reading Services through the relay.
+func corefile(dir, nodeIP, context string) ([]byte, error) {
+	var b bytes.Buffer
+	err := corefileTemplate.Execute(&b, struct{ Dir, NodeIP, Context string }{dir, nodeIP, context})
+	if err != nil {
+		return nil, fmt.Errorf("CoreDNS configuration: %w", err)
+	}
+	return b.Bytes(), nil
 }

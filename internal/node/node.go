@@ -32,7 +32,7 @@ import (
 )
 
 // Binaries are the programs a node runs, looked up in Options.BinDir (`make node-tools`).
-var Binaries = []string{"kubelet", "kube-proxy", "containerd", "containerd-shim-runc-v2", "runc", "ctr", "pause",
+var Binaries = []string{"kubelet", "kube-proxy", "coredns", "containerd", "containerd-shim-runc-v2", "runc", "ctr", "pause",
 	"cni/bridge", "cni/host-local", "cni/loopback"}
 
 // Tools are the machine's programs the node uses (util-linux, iproute2, procps).
@@ -212,7 +212,7 @@ func (n *Node) ContainerdLog() string { return filepath.Join(n.Dir, "containerd.
 func (n *Node) Done() <-chan struct{} { return n.done }
 
 func (n *Node) writeConfig(o Options, nsKubeConfig []byte) error {
-	v := configValues{Dir: n.Dir, BinDir: o.BinDir, NodeIP: n.net.HostIP, PodCIDR: n.net.PodCIDR,
+	v := configValues{Dir: n.Dir, BinDir: o.BinDir, NodeIP: n.net.HostIP, NamespaceIP: n.net.NodeIP, PodCIDR: n.net.PodCIDR,
 		CgroupRoot: n.cgroupRoot, ContainerdSocket: n.containerdSocket(), PauseImage: PauseImage}
 	if o.APIAccess != nil {
 		v.ClientCAFile = o.APIAccess.CAFile
@@ -233,6 +233,14 @@ func (n *Node) writeConfig(o Options, nsKubeConfig []byte) error {
 	if err != nil {
 		return err
 	}
+	nsCfg, err := clientcmd.Load(nsKubeConfig)
+	if err != nil {
+		return err
+	}
+	dns, err := corefile(n.Dir, n.net.NodeIP, nsCfg.CurrentContext)
+	if err != nil {
+		return err
+	}
 	files := map[string][]byte{
 		"kubelet.yaml":            kubelet,
 		"containerd.toml":         containerd,
@@ -240,6 +248,7 @@ func (n *Node) writeConfig(o Options, nsKubeConfig []byte) error {
 		"kubeconfig":              o.KubeConfig,
 		"kube-proxy.yaml":         proxy,
 		"kube-proxy.kubeconfig":   nsKubeConfig,
+		"Corefile":                dns,
 		// No cluster DNS yet: pods resolve nothing rather than through the machine's resolver.
 		"resolv.conf": []byte("# siteops development node: no resolver\n"),
 	}
@@ -256,8 +265,8 @@ func (n *Node) writeConfig(o Options, nsKubeConfig []byte) error {
 
 // holderScript runs as PID 1 of the node's PID namespace, in its private mount namespace: it
 // lays the tmpfs and the kernel tunables' files over the machine's, starts containerd in the
-// node's network namespace (fd 3) and kube-proxy there too, then kubelet once start-kubelet
-// exists. When either exits it
+// node's network namespace (fd 3) with kube-proxy and CoreDNS, then kubelet once
+// start-kubelet exists. When either exits it
 // exits, and the kernel ends every process of the namespace with it.
 const holderScript = `set -eu
 mount -t tmpfs -o mode=0755 siteops-node /run
@@ -269,6 +278,7 @@ done
 export PATH="$NODE_BIN:$PATH"
 nsenter --net=/proc/self/fd/3 -- containerd --config "$NODE_DIR/containerd.toml" >>"$NODE_DIR/containerd.log" 2>&1 &
 nsenter --net=/proc/self/fd/3 -- kube-proxy --config="$NODE_DIR/kube-proxy.yaml" --v=2 >>"$NODE_DIR/kube-proxy.log" 2>&1 &
+nsenter --net=/proc/self/fd/3 -- coredns -conf "$NODE_DIR/Corefile" >>"$NODE_DIR/coredns.log" 2>&1 &
 exec 3<&-
 while [ ! -e "$NODE_DIR/start-kubelet" ]; do sleep 0.1; done
 kubelet --config="$NODE_DIR/kubelet.yaml" --kubeconfig="$NODE_DIR/kubeconfig" \

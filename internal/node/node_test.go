@@ -269,6 +269,26 @@ func TestNodeRunsDeployment(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, func() error {
 		return getInNetns("/run/netns/"+n.Netns, fmt.Sprintf("%s:80", svc.Spec.ClusterIP))
 	})
+
+	// The pods' nameserver (CoreDNS on the namespace's end of the veth) knows the Service.
+	resolver := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "udp", net.JoinHostPort(n.NetnsIP, "53"))
+	}}
+	name := "site." + ns + ".svc.cluster.local"
+	testenv.Eventually(t, 20*time.Second, func() error {
+		addrs, err := resolver.LookupHost(ctx, name)
+		if err != nil {
+			return err
+		}
+		if len(addrs) != 1 || addrs[0] != svc.Spec.ClusterIP {
+			return fmt.Errorf("%s resolves to %v, want %s", name, addrs, svc.Spec.ClusterIP)
+		}
+		return nil
+	})
+	if _, err := resolver.LookupHost(ctx, "example.org"); err == nil {
+		t.Error("the node's DNS answered a name outside the cluster: it must not forward")
+	}
 }
 
 // getInNetns sends GET /.decofile to addr from inside a network namespace: a socket belongs to
