@@ -383,3 +383,56 @@ func TestNodePodTalksToAPIServer(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// TestNodePodReachesServiceByName has one site pod load its Decofile over HTTP from another
+// through a Service name: the pod's resolver asks the node's CoreDNS, and kube-proxy routes the
+// ClusterIP to a pod on the same bridge.
+func TestNodePodReachesServiceByName(t *testing.T) {
+	c := testenv.APIServer(t)
+	n := c.Node(t, testenv.ImageArchive(t, "siteops-site"))
+	ctx := context.Background()
+	ns := c.PodNamespace(t, "dns")
+	origin := sitePod(ns, n.Name)
+	origin.Name, origin.Labels = "origin", map[string]string{"app": "origin"}
+	host := "origin." + ns + ".svc.cluster.local"
+	reader := sitePod(ns, n.Name)
+	reader.Name = "reader"
+	reader.Spec.Containers[0].Env = []corev1.EnvVar{
+		{Name: decov1alpha1.EnvRelease, Value: "http://" + host + "/.decofile?content=true"},
+		{Name: decov1alpha1.EnvAllowedAuthorities, Value: host},
+	}
+	reader.Spec.Containers[0].VolumeMounts, reader.Spec.Volumes = nil, nil
+	objs := []client.Object{
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "deco", Namespace: ns},
+			Data: map[string]string{"decofile.json": `{"site":{"title":"served by origin"}}`}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "reload", Namespace: ns}, StringData: map[string]string{"token": "t"}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "origin", Namespace: ns}, Spec: corev1.ServiceSpec{
+			Selector: origin.Labels, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8000)}}}},
+		origin, reader,
+	}
+	for _, o := range objs {
+		if err := c.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	// The reader exits until the origin answers; the kubelet restarts it.
+	testenv.Eventually(t, 90*time.Second, func() error {
+		var p corev1.Pod
+		if err := c.Client.Get(ctx, client.ObjectKeyFromObject(reader), &p); err != nil {
+			return err
+		}
+		if p.Status.PodIP == "" {
+			return fmt.Errorf("reader has no IP yet (%s)", p.Status.Phase)
+		}
+		body, err := get("http://" + p.Status.PodIP + ":8000/.decofile?content=true")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(body, "served by origin") {
+			return fmt.Errorf("reader serves %s", body)
+		}
+		return nil
+	})
+	t.Logf("the reader pod loaded its Decofile from %s after %s", host, time.Since(start).Round(time.Millisecond))
+}
