@@ -413,6 +413,15 @@ func (r *Reconciler) store(ctx context.Context, df *decov1.Decofile, next *decov
 	if err != nil {
 		return outcome{reason: ReasonStoreFailed, err: fmt.Errorf("encode: %w", err), transient: true}
 	}
+	// A format switch must not take away the file running pods load when they start again.
+	readers, err := r.readers(ctx, df)
+	if err != nil {
+		return outcome{reason: ReasonStoreFailed, err: fmt.Errorf("find the workloads reading ConfigMap %s: %w", df.ConfigMapName(), err), transient: true}
+	}
+	res, stranded, err := keepReadKey(res, merged, readers, r.opts.Encode)
+	if err != nil {
+		return outcome{reason: ReasonStoreFailed, err: fmt.Errorf("encode: %w", err), transient: true}
+	}
 
 	ts := df.Status.Timestamp
 	if hash != df.Status.ContentHash || ts == 0 {
@@ -427,6 +436,11 @@ func (r *Reconciler) store(ctx context.Context, df *decov1.Decofile, next *decov
 	}
 	if err := r.writeConfigMap(ctx, df, cm, res, hash, ts); err != nil {
 		return fail(err)
+	}
+	if len(stranded) > 0 {
+		r.recorder.Eventf(df, nil, corev1.EventTypeWarning, ReasonFormatSwitched, "Deliver",
+			"the content no longer fits in %s and is now stored as %s; re-apply %s so the webhook points them at %s before their pods restart",
+			decov1.KeyJSON, decov1.KeyBin, strings.Join(stranded, ", "), decov1.KeyBin)
 	}
 	if hash != df.Status.ContentHash {
 		now := metav1.NewTime(r.now())
