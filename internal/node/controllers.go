@@ -54,20 +54,20 @@ func StartControllers(ctx context.Context, kubeconfig []byte, dir, binDir string
 	if err := c.start(filepath.Join(binDir, "kube-controller-manager"), append(common,
 		"--controllers=*,-serviceaccount-token", "--use-service-account-credentials=false",
 		"--node-monitor-grace-period=20s", "--concurrent-gc-syncs=2")...); err != nil {
-		c.Stop()
+		_ = c.Stop()
 		return nil, err
 	}
 	// Both exit at once on a bad flag or an unreachable API server: give them a moment to do so.
 	select {
 	case <-time.After(500 * time.Millisecond):
 	case <-ctx.Done():
-		c.Stop()
+		_ = c.Stop()
 		return nil, ctx.Err()
 	}
 	for i, d := range c.done {
 		select {
 		case <-d:
-			c.Stop()
+			_ = c.Stop()
 			return nil, fmt.Errorf("%s exited at start: see %s", filepath.Base(c.procs[i].Path), c.procs[i].Stdout.(*os.File).Name())
 		default:
 		}

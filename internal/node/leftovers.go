@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,39 +39,22 @@ func (n *Node) cgroupPIDs() []int {
 	mounts, _ := cgroupMounts()
 	var out []int
 	for _, m := range mounts {
+		// A folder that vanishes during the walk (a pod's cgroup being removed) is skipped.
 		_ = filepath.WalkDir(filepath.Join(m, n.cgroupRoot), func(p string, d os.DirEntry, err error) error {
-			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+			if err != nil {
+				return nil //nolint:nilerr // see above
+			}
+			if d.IsDir() || d.Name() != "cgroup.procs" {
 				return nil
 			}
 			b, _ := os.ReadFile(p)
-			for _, f := range splitFields(string(b)) {
+			for _, f := range strings.Fields(string(b)) {
 				if pid, err := strconv.Atoi(f); err == nil {
 					out = append(out, pid)
 				}
 			}
 			return nil
 		})
-	}
-	return out
-}
-
-func splitFields(s string) []string {
-	var out []string
-	start := -1
-	for i, r := range s {
-		if r == '\n' || r == ' ' {
-			if start >= 0 {
-				out = append(out, s[start:i])
-				start = -1
-			}
-			continue
-		}
-		if start < 0 {
-			start = i
-		}
-	}
-	if start >= 0 {
-		out = append(out, s[start:])
 	}
 	return out
 }

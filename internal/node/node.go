@@ -203,8 +203,10 @@ func CheckBinaries(binDir string) error {
 
 func (n *Node) containerdSocket() string { return filepath.Join(n.Dir, "containerd.sock") }
 
-// KubeletLog and ContainerdLog are the components' log files.
-func (n *Node) KubeletLog() string    { return filepath.Join(n.Dir, "kubelet.log") }
+// KubeletLog is the kubelet's log file.
+func (n *Node) KubeletLog() string { return filepath.Join(n.Dir, "kubelet.log") }
+
+// ContainerdLog is containerd's log file.
 func (n *Node) ContainerdLog() string { return filepath.Join(n.Dir, "containerd.log") }
 
 // Done is closed when the node's processes have exited (after Stop, or when kubelet or

@@ -44,7 +44,7 @@ func NodeAPIServerOptions(o servers.APIServerOptions) servers.APIServerOptions {
 		if dir, err := os.MkdirTemp("", "siteops-apiserver-"); err == nil {
 			if certs, err := node.NewAPIServerCerts(dir); err == nil {
 				api.CertDir = certs.Dir
-				api.SecureServing.CA = certs.CAPEM
+				api.CA = certs.CAPEM
 			}
 		}
 		args := api.Configure()
