@@ -46,9 +46,21 @@ func TestLegacyEnvironment(t *testing.T) {
 	}
 
 	t.Setenv(EnvLegacySentinelURLs, "")
-	t.Setenv(EnvLegacyURL, "redis://127.0.0.1:6379")
-	if o, err := parse(t); err != nil || o.URL != "redis://127.0.0.1:6379" || o.SentinelMaster != "valkey-main" {
-		t.Fatalf("VALKEY_URL: %+v, %v", o, err)
+	t.Setenv(EnvLegacyURL, "redis://:url-pw@127.0.0.1:6379")
+	o, err = parse(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err := o.NodeConfig(); err != nil || cfg.URL != "redis://:url-pw@127.0.0.1:6379" || len(cfg.SentinelAddrs) != 0 {
+		t.Fatalf("VALKEY_URL: %+v, %v", cfg, err)
+	}
+	var help strings.Builder
+	fs := pflag.NewFlagSet("help", pflag.ContinueOnError)
+	(&Options{}).BindFlags(fs)
+	fs.SetOutput(&help)
+	fs.PrintDefaults()
+	if strings.Contains(help.String(), "url-pw") || strings.Contains(help.String(), "sentinel-pw") {
+		t.Fatal("--help shows a password from a v0.11 URL variable")
 	}
 	t.Setenv(EnvLegacyWatchFailover, "sometimes")
 	if _, err := parse(t); err == nil || !strings.Contains(err.Error(), EnvLegacyWatchFailover) {

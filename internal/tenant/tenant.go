@@ -93,12 +93,6 @@ type Options struct {
 // when set (an unparsable value is reported by Validate); the admin password falls back to
 // VALKEY_ADMIN_PASSWORD when used, so it never shows as a flag default in --help.
 func (o *Options) BindFlags(fs *pflag.FlagSet) {
-	if o.URL == "" {
-		o.URL = os.Getenv(EnvLegacyURL)
-	}
-	if v := os.Getenv(EnvLegacySentinelURLs); len(o.SentinelAddrs) == 0 && v != "" {
-		o.SentinelAddrs = splitList(v)
-	}
 	if o.SentinelMaster == "" {
 		o.SentinelMaster = cmp.Or(os.Getenv(EnvLegacySentinelMaster), DefaultMasterName)
 	}
@@ -160,6 +154,20 @@ func (o *Options) Deprecations() []string {
 	return out
 }
 
+// resolved is o with v0.11's VALKEY_URL and VALKEY_SENTINEL_URLS applied where the flags are
+// unset. They are read when used, not as flag defaults, so a password in a URL never shows in
+// --help.
+func (o *Options) resolved() *Options {
+	r := *o
+	if r.URL == "" {
+		r.URL = os.Getenv(EnvLegacyURL)
+	}
+	if v := os.Getenv(EnvLegacySentinelURLs); len(r.SentinelAddrs) == 0 && v != "" {
+		r.SentinelAddrs = splitList(v)
+	}
+	return &r
+}
+
 // Sentinels returns the Sentinel addresses as host:port, taking v0.11's redis:// and rediss://
 // URLs too, and the password the first URL carries (used when --valkey-sentinel-password is
 // empty).
@@ -195,6 +203,7 @@ func splitList(v string) []string {
 
 // Validate reports flag values that cannot work.
 func (o *Options) Validate() error {
+	o = o.resolved()
 	errs := []error{o.envErr}
 	if v, ok := os.LookupEnv(EnvLegacyWatchFailover); ok {
 		if _, err := strconv.ParseBool(v); err != nil {
@@ -239,6 +248,7 @@ func (o *Options) Reserved() []string {
 
 // NodeConfig returns the node-set configuration the options describe.
 func (o *Options) NodeConfig() (acl.Config, error) {
+	o = o.resolved()
 	sentinels, urlPassword, err := o.Sentinels()
 	if err != nil {
 		return acl.Config{}, err
@@ -269,6 +279,7 @@ func (o *Options) NodeConfig() (acl.Config, error) {
 
 // Setup registers the namespace controller, the Sentinel watcher and the periodic resync.
 func Setup(mgr ctrl.Manager, o Options) error {
+	o = *o.resolved()
 	if err := o.Validate(); err != nil {
 		return err
 	}
