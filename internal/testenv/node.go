@@ -3,6 +3,7 @@ package testenv
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -34,15 +35,13 @@ func NodeAPIServerOptions(o servers.APIServerOptions) servers.APIServerOptions {
 		if configure != nil {
 			configure(env)
 		}
-		if nodeAccess == nil {
-			if dir, err := os.MkdirTemp("", "siteops-kubelet-client-"); err == nil {
-				nodeAccess, _ = node.NewAPIAccess(dir)
-			}
-		}
 		api := env.ControlPlane.GetAPIServer()
-		// envtest generates certificates only into an empty cert-dir.
-		if dir, err := os.MkdirTemp("", "siteops-apiserver-"); err == nil {
-			if certs, err := node.NewAPIServerCerts(dir); err == nil {
+		if dir, err := nodeCertDir(); err == nil {
+			if nodeAccess == nil {
+				nodeAccess, _ = node.NewAPIAccess(filepath.Join(dir, "kubelet-client"))
+			}
+			// envtest generates certificates only into an empty cert-dir.
+			if certs, err := node.NewAPIServerCerts(filepath.Join(dir, "apiserver")); err == nil {
 				api.CertDir = certs.Dir
 				api.CA = certs.CAPEM
 			}
@@ -56,6 +55,21 @@ func NodeAPIServerOptions(o servers.APIServerOptions) servers.APIServerOptions {
 		args.Set("disable-admission-plugins", "StorageObjectInUseProtection")
 	}
 	return o
+}
+
+// nodeCertDir creates a folder for this process's API server certificates, named after the
+// process so that the next test binary removes it once the process is gone (nothing runs after
+// the API server stops to remove it earlier).
+func nodeCertDir() (string, error) {
+	const prefix = "siteops-node-certs-"
+	old, _ := filepath.Glob(filepath.Join(os.TempDir(), prefix+"*"))
+	for _, d := range old {
+		pid, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), prefix), "-")
+		if _, err := os.Stat(filepath.Join("/proc", pid)); err != nil && pid != "" {
+			_ = os.RemoveAll(d)
+		}
+	}
+	return os.MkdirTemp("", fmt.Sprintf("%s%d-", prefix, os.Getpid()))
 }
 
 // RequireNode skips the test unless a real node can run here: root, the node's binaries
@@ -91,6 +105,10 @@ func (c *Cluster) Node(t testing.TB, images ...string) *node.Node {
 	t.Helper()
 	RequireNode(t)
 	c.Controllers(t)
+	// What nodes of killed test binaries left (their network namespaces, veths, cgroups).
+	if err := node.Sweep(context.Background()); err != nil {
+		t.Logf("sweep leftovers of earlier nodes: %v", err)
+	}
 	// A short folder: containerd's socket path must fit in 107 bytes.
 	dir, err := os.MkdirTemp("", "node-")
 	if err != nil {
