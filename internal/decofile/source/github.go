@@ -169,10 +169,10 @@ func (g *GitHub) Fetch(ctx context.Context, org, repo, sha, folder, token string
 	}
 	defer func() { _ = f.Close(); _ = os.Remove(f.Name()) }()
 	n, err := io.Copy(f, io.LimitReader(resp.Body, l.ArchiveBytes+1))
-	if err != nil && !o.exceeded.Load() {
+	if err != nil && !o.budget.Exceeded() {
 		return nil, requestError(ctx, o, fmt.Sprintf("download archive of %s/%s@%s", org, repo, sha), "--github-archive-url", err)
 	}
-	if n > l.ArchiveBytes || o.exceeded.Load() {
+	if n > l.ArchiveBytes || o.budget.Exceeded() {
 		return nil, errorf(ReasonLimitExceeded, false, "archive of %s/%s@%s is more than %d bytes, over the limit (limit: archive bytes)", org, repo, sha, l.ArchiveBytes)
 	}
 	return ExtractZip(f, n, folder, ZipOptions{StripTopDir: true}, l)

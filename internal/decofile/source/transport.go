@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -36,12 +35,11 @@ const errorBodyBytes = 4096
 
 // op is one bounded retrieval: its deadline and the bytes received from the remote so far.
 type op struct {
-	limit    int64
-	timeout  time.Duration
-	received atomic.Int64
-	exceeded atomic.Bool
-	refused  atomic.Pointer[egress.Refused]
-	status   atomic.Int32 // the last HTTP status of an answer that was not a success
+	limit   int64
+	timeout time.Duration
+	budget  *egress.Budget // the bytes received, against limit
+	refused atomic.Pointer[egress.Refused]
+	status  atomic.Int32 // the last HTTP status of an answer that was not a success
 }
 
 type opKey struct{}
@@ -51,7 +49,7 @@ func begin(ctx context.Context, timeout time.Duration, limit int64) (context.Con
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	o := &op{limit: limit, timeout: timeout}
+	o := &op{limit: limit, timeout: timeout, budget: egress.NewBudget(limit)}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	return context.WithValue(ctx, opKey{}, o), o, cancel
 }
@@ -60,17 +58,6 @@ func opFrom(ctx context.Context) *op {
 	o, _ := ctx.Value(opKey{}).(*op)
 	return o
 }
-
-// count records n more bytes received and reports whether the limit is passed.
-func (o *op) count(n int) error {
-	if o.received.Add(int64(n)) > o.limit {
-		o.exceeded.Store(true)
-		return errTooMuch
-	}
-	return nil
-}
-
-var errTooMuch = errors.New("the remote sent more than the archive byte limit")
 
 func (o *op) noteRefused(err error) {
 	var r *egress.Refused
@@ -85,7 +72,7 @@ func (o *op) noteRefused(err error) {
 // lose it.
 func (o *op) classify(ctx context.Context, what string, err error) error {
 	switch {
-	case o.exceeded.Load():
+	case o.budget.Exceeded():
 		return errorf(ReasonLimitExceeded, false, "%s: the remote sent more than %d bytes (limit: archive bytes, %s)", what, o.limit, flagArchiveBytes)
 	case o.refused.Load() != nil:
 		return errorf(ReasonNotAllowed, false, "%s: %w", what, o.refused.Load())
@@ -130,22 +117,9 @@ func (t sourceTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, nil
 	}
 	if o != nil {
-		resp.Body = &countingBody{ReadCloser: resp.Body, op: o}
+		resp.Body = o.budget.Body(resp.Body)
 	}
 	return resp, nil
-}
-
-type countingBody struct {
-	io.ReadCloser
-	op *op
-}
-
-func (b *countingBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if cerr := b.op.count(n); cerr != nil {
-		return n, cerr
-	}
-	return n, err
 }
 
 // sshRoute routes one SSH operation's connections through the URL policy (see
@@ -161,21 +135,7 @@ func sshRoute(ctx context.Context, p *egress.Policy, o *op) (string, func()) {
 	}
 	return p.SSHProxy(egress.SSHRoute{
 		Deadline: deadline,
-		Wrap:     func(c net.Conn) net.Conn { return &countingConn{Conn: c, op: o} },
+		Wrap:     o.budget.Conn,
 		Refused:  func(r *egress.Refused) { o.refused.Store(r) },
 	})
-}
-
-type countingConn struct {
-	net.Conn
-	op *op
-}
-
-func (c *countingConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if cerr := c.op.count(n); cerr != nil {
-		_ = c.Close()
-		return n, cerr
-	}
-	return n, err
 }

@@ -166,13 +166,20 @@ func (p *pendingOps) reset() {
 // can be dropped once the push is done or failed: the writer compares files by hash and never
 // reads a blob back, and a retry builds them again from the pending changes. Without this, every
 // failed push of new content would leave its blobs in memory for good.
+//
+// A fetched pack reaches the store through PackfileWriter, which bounds it by maxPackBytes and
+// the inflated size of its objects by maxObjectBytes.
 type objectStore struct {
 	*memory.Storage
 	tracking bool
 	added    []plumbing.Hash
+
+	maxPackBytes, maxObjectBytes int64
 }
 
-func newObjectStore() *objectStore { return &objectStore{Storage: memory.NewStorage()} }
+func newObjectStore(maxPackBytes, maxObjectBytes int64) *objectStore {
+	return &objectStore{Storage: memory.NewStorage(), maxPackBytes: maxPackBytes, maxObjectBytes: maxObjectBytes}
+}
 
 // SetEncodedObject stores obj, noting a blob that was not stored yet while tracking.
 func (s *objectStore) SetEncodedObject(obj plumbing.EncodedObject) (plumbing.Hash, error) {

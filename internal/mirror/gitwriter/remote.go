@@ -54,6 +54,8 @@ func (e *RemoteError) Unwrap() error { return e.kind }
 type exchange struct {
 	refused atomic.Pointer[egress.Refused]
 	status  atomic.Int32
+	// received counts the bytes the remote sent, against Config.MaxFetchBytes.
+	received *egress.Budget
 }
 
 type exchangeKey struct{}
@@ -71,6 +73,8 @@ type remote struct {
 	auth    transport.AuthMethod
 	policy  *egress.Policy
 	timeout time.Duration
+	// maxBytes bounds the bytes received in one exchange.
+	maxBytes int64
 
 	httpOnce sync.Once
 	http     transport.Transport
@@ -85,12 +89,16 @@ func newRemote(cfg Config) *remote {
 	if t <= 0 {
 		t = DefaultTimeout
 	}
-	return &remote{url: cfg.URL, shown: Redact(cfg.URL), auth: cfg.Auth, policy: p, timeout: t}
+	n := cfg.MaxFetchBytes
+	if n <= 0 {
+		n = DefaultMaxFetchBytes
+	}
+	return &remote{url: cfg.URL, shown: Redact(cfg.URL), auth: cfg.Auth, policy: p, timeout: t, maxBytes: n}
 }
 
 // begin starts one operation bounded by the remote's timeout.
 func (r *remote) begin(ctx context.Context) (context.Context, *exchange, context.CancelFunc) {
-	ex := &exchange{}
+	ex := &exchange{received: egress.NewBudget(r.maxBytes)}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	return context.WithValue(ctx, exchangeKey{}, ex), ex, cancel
 }
@@ -123,7 +131,7 @@ func (r *remote) client(ctx context.Context, ex *exchange, ep *transport.Endpoin
 		if !ok {
 			deadline = time.Now().Add(r.timeout)
 		}
-		proxyURL, release := r.policy.SSHProxy(egress.SSHRoute{Deadline: deadline, Refused: func(rf *egress.Refused) { ex.refused.Store(rf) }})
+		proxyURL, release := r.policy.SSHProxy(egress.SSHRoute{Deadline: deadline, Wrap: ex.received.Conn, Refused: func(rf *egress.Refused) { ex.refused.Store(rf) }})
 		ep.Proxy = transport.ProxyOptions{URL: proxyURL}
 		return gitssh.DefaultClient, release, nil
 	}
@@ -178,6 +186,18 @@ func (r *remote) describe(ctx context.Context, ex *exchange, what string, err er
 	if errors.As(err, &own) || errors.Is(err, errRemoteMoved) {
 		return err
 	}
+	// The bounds first: a transfer cut short also fails in other ways on the way up.
+	if ex.received.Exceeded() {
+		return &RemoteError{msg: fmt.Sprintf("%s: the remote sent more than %d bytes (limit: %s); check the repository's size or raise the limit", what, r.maxBytes, FlagMaxFetchBytes), kind: ErrFetchTooLarge}
+	}
+	var tooLarge *objectsTooLarge
+	if errors.As(err, &tooLarge) {
+		return &RemoteError{msg: fmt.Sprintf("%s: the objects sent would take more than %d bytes once inflated (limit: %s); check the repository's size or raise the limit", what, tooLarge.limit, FlagMaxFetchObjectBytes), kind: ErrFetchTooLarge}
+	}
+	var packLarge *packTooLarge
+	if errors.As(err, &packLarge) {
+		return &RemoteError{msg: fmt.Sprintf("%s: the remote sent a pack of more than %d bytes (limit: %s); check the repository's size or raise the limit", what, packLarge.limit, FlagMaxFetchBytes), kind: ErrFetchTooLarge}
+	}
 	var refused *egress.Refused
 	if rf := ex.refused.Load(); rf != nil {
 		refused = rf
@@ -220,7 +240,7 @@ func (r *remote) describe(ctx context.Context, ex *exchange, what string, err er
 }
 
 // quietTransport notes the policy's refusals and the status of failed answers in the
-// operation's exchange, and drops the body of every answer that is not a success, so no library
+// operation's exchange, counts the bytes of successful answers against its bound, and drops the body of every answer that is not a success, so no library
 // in between can copy it into an error.
 type quietTransport struct{ next http.RoundTripper }
 
@@ -241,6 +261,10 @@ func (t quietTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, errorBodyBytes))
 		_ = resp.Body.Close()
 		resp.Body, resp.ContentLength = http.NoBody, 0
+		return resp, nil
+	}
+	if ex != nil && ex.received != nil {
+		resp.Body = ex.received.Body(resp.Body)
 	}
 	return resp, nil
 }

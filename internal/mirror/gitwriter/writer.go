@@ -142,6 +142,14 @@ type Config struct {
 	// MaxQueuedBytes bounds the file content handed over but not yet taken by the writer (it may
 	// be busy pushing): Enqueue blocks past it; default 64 MiB.
 	MaxQueuedBytes int64
+	// MaxFetchBytes bounds the bytes received from the remote in one fetch or push (HTTP
+	// bodies, SSH connection), so a hostile remote cannot stream without end; default
+	// DefaultMaxFetchBytes (FlagMaxFetchBytes).
+	MaxFetchBytes int64
+	// MaxFetchObjectBytes bounds the inflated size of the objects one fetch stores in memory, so
+	// a small pack of highly compressed objects cannot fill it; default
+	// DefaultMaxFetchObjectBytes (FlagMaxFetchObjectBytes).
+	MaxFetchObjectBytes int64
 	// Cursors records the cursors of pushed ops; nil records nothing.
 	Cursors CursorRecorder
 	// OnPushed, when set, is called with every change of each successful push.
@@ -208,6 +216,12 @@ func New(cfg Config) *Writer {
 	}
 	if cfg.MaxQueuedBytes <= 0 {
 		cfg.MaxQueuedBytes = 64 << 20
+	}
+	if cfg.MaxFetchBytes <= 0 {
+		cfg.MaxFetchBytes = DefaultMaxFetchBytes
+	}
+	if cfg.MaxFetchObjectBytes <= 0 {
+		cfg.MaxFetchObjectBytes = DefaultMaxFetchObjectBytes
 	}
 	return &Writer{cfg: cfg, in: make(chan Op, 4096), name: Redact(cfg.URL) + "#" + cfg.Branch, remote: newRemote(cfg), commands: make(chan commandRequest), stopped: make(chan struct{}),
 		queuedBytes: semaphore.NewWeighted(cfg.MaxQueuedBytes)}
@@ -415,7 +429,7 @@ func (w *Writer) Run(ctx context.Context) error {
 
 // open clones the branch into memory, or starts an empty history when the branch does not exist.
 func (w *Writer) open(ctx context.Context) error {
-	st := newObjectStore()
+	st := newObjectStore(w.cfg.MaxFetchBytes, w.cfg.MaxFetchObjectBytes)
 	repo, err := git.Init(st, nil)
 	if err != nil {
 		return fmt.Errorf("init in-memory repository: %w", err)
