@@ -55,8 +55,12 @@ func (r *Reconciler) ensureReloadSecret(ctx context.Context, df *decov1.Decofile
 		Type:       corev1.SecretTypeOpaque,
 		Data:       map[string][]byte{decov1.ReloadTokenKey: []byte(hex.EncodeToString(buf))},
 	}
-	// Not on the first reconcile: no pod can have started with an earlier token.
-	replaced := df.Status.ObservedGeneration != 0
+	// Only after this operator delivered the Decofile (a stored ConfigMap or a rollout): before
+	// that no pod can have started with an earlier token of ours. observedGeneration alone is no
+	// proof: the published operator (v0.11) writes it too, and a tanstack-kv Decofile gets it
+	// without ever being delivered.
+	replaced := df.Status.ObservedGeneration != 0 &&
+		(df.Status.StoredHash != "" || df.Status.NotifiedHash != "" || df.Status.Rollout != nil)
 	if replaced {
 		s.Annotations = map[string]string{AnnotationRestartPending: "true"}
 	}

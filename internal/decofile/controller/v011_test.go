@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -14,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/internal/decofile/controller"
 	"github.com/siteops/siteops/internal/testenv"
 )
 
@@ -108,5 +110,38 @@ func TestTanStackKVValidation(t *testing.T) {
 		if !apierrors.IsInvalid(err) {
 			t.Errorf("%s: want Invalid, got %v", name, err)
 		}
+	}
+}
+
+// TestFirstDeliveryRestartsNothing: a Decofile siteops has not delivered yet, whose status already
+// has an observedGeneration (written by v0.11, or by siteops for a tanstack-kv Decofile), gets its
+// reload Secret on its first delivery without restarting the workloads labelled with it: nothing
+// running holds an earlier token of ours, and a restart is a new Knative Revision.
+func TestFirstDeliveryRestartsNothing(t *testing.T) {
+	e := start(t)
+	ns := e.c.Namespace(t, "v011-first", nil)
+	e.create(t, v011KV(ns, "shop"))
+	w := workload(ns, "shop-web", "shop")
+	e.create(t, w)
+	if got := e.waitReady(t, ns, "shop", metav1.ConditionFalse, decov1.ReasonTargetNotSupported, nil); got.Status.ObservedGeneration == 0 {
+		t.Fatal("want an observedGeneration before the first delivery")
+	}
+	e.update(t, ns, "shop", func(d *decov1.Decofile) {
+		d.Spec.Target, d.Spec.TanStackKV = decov1.TargetConfigMap, nil
+		d.Spec.Source, d.Spec.GitHub, d.Spec.Inline = decov1.SourceInline, nil, inline(map[string]string{"a": `1`})
+	})
+	df := e.waitReady(t, ns, "shop", metav1.ConditionTrue, decov1.ReasonSucceeded, nil)
+	var s corev1.Secret
+	if err := e.c.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: df.ReloadSecretName()}, &s); err != nil {
+		t.Fatalf("reload Secret: %v", err)
+	}
+	e.poke(t, ns, "shop")
+	e.waitReady(t, ns, "shop", metav1.ConditionTrue, decov1.ReasonSucceeded, nil)
+	var d appsv1.Deployment
+	if err := e.c.Client.Get(context.Background(), client.ObjectKeyFromObject(w), &d); err != nil {
+		t.Fatal(err)
+	}
+	if at := d.Spec.Template.Annotations[controller.AnnotationRestartedAt]; at != "" {
+		t.Fatalf("workload restarted on the first delivery (restartedAt %s)", at)
 	}
 }
