@@ -66,6 +66,12 @@ type Options struct {
 	// GitAllowPrivateNetworks lets the mirror reach private networks (RFC 1918, fc00::/7,
 	// 100.64.0.0/10); loopback and link-local stay refused unless in GitAllowedHosts.
 	GitAllowPrivateNetworks bool
+	// GitMaxFetchBytes bounds the bytes a git remote may send in one fetch or push; 0 means
+	// gitwriter.DefaultMaxFetchBytes.
+	GitMaxFetchBytes int64
+	// GitMaxFetchObjectBytes bounds the inflated size of the objects one fetch stores in memory;
+	// 0 means gitwriter.DefaultMaxFetchObjectBytes.
+	GitMaxFetchObjectBytes int64
 
 	flags *pflag.FlagSet
 }
@@ -108,7 +114,17 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.GitAllowedSchemes, "git-allowed-schemes", o.GitAllowedSchemes, "mirror: URL schemes GitProviders may use (https, ssh, http)")
 	fs.StringSliceVar(&o.GitAllowedHosts, "git-allowed-hosts", o.GitAllowedHosts, "mirror: hosts, host:port pairs, IPs and CIDRs the mirror may reach even when loopback, link-local or private (an internal git host)")
 	fs.BoolVar(&o.GitAllowPrivateNetworks, "git-allow-private-networks", o.GitAllowPrivateNetworks, "mirror: let GitProviders reach private networks (RFC 1918, fc00::/7, 100.64.0.0/10); loopback and link-local stay refused")
+	fs.Int64Var(&o.GitMaxFetchBytes, "git-max-fetch-bytes", orDefault(o.GitMaxFetchBytes, gitwriter.DefaultMaxFetchBytes), "mirror: most bytes a git remote may send in one fetch or push; past it the exchange stops (GitTarget reason FetchTooLarge)")
+	fs.Int64Var(&o.GitMaxFetchObjectBytes, "git-max-fetch-object-bytes", orDefault(o.GitMaxFetchObjectBytes, gitwriter.DefaultMaxFetchObjectBytes), "mirror: most bytes the objects of one fetch may take once inflated in memory; a larger pack is refused before it is inflated (GitTarget reason FetchTooLarge)")
 	o.Attribution.BindFlags(fs)
+}
+
+// orDefault is v when set, else d (a flag's default shows in --help and the chart's docs).
+func orDefault(v, d int64) int64 {
+	if v > 0 {
+		return v
+	}
+	return d
 }
 
 // Validate reports flag values that cannot work.
@@ -129,6 +145,9 @@ func (o *Options) Validate() error {
 	}
 	if _, err := o.egressPolicy(); err != nil {
 		errs = append(errs, err)
+	}
+	if o.GitMaxFetchBytes < 0 || o.GitMaxFetchObjectBytes < 0 {
+		errs = append(errs, errors.New("--git-max-fetch-bytes and --git-max-fetch-object-bytes must be positive"))
 	}
 	if o.CommitRequestWebhookClientCA != "" && len(o.CommitRequestWebhookClientNames) == 0 {
 		errs = append(errs, errors.New("--commitrequest-webhook-client-ca needs --commitrequest-webhook-client-names: any certificate of the CA would be accepted otherwise"))
@@ -193,7 +212,9 @@ func SetupWithEngine(mgr ctrl.Manager, o Options) (*engine.Engine, error) {
 		return nil, err
 	}
 	eng := engine.New(dyn, cursors)
-	eng.WriterHook = func(cfg *gitwriter.Config) { cfg.Egress = policy }
+	eng.WriterHook = func(cfg *gitwriter.Config) {
+		cfg.Egress, cfg.MaxFetchBytes, cfg.MaxFetchObjectBytes = policy, o.GitMaxFetchBytes, o.GitMaxFetchObjectBytes
+	}
 	if err := mgr.Add(eng); err != nil {
 		return nil, err
 	}

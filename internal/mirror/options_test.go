@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/spf13/pflag"
+
+	"github.com/siteops/siteops/internal/mirror/gitwriter"
 )
 
 func parse(t *testing.T, args ...string) *Options {
@@ -68,5 +70,18 @@ func TestOptionsGitEgress(t *testing.T) {
 		if err := parse(t, args...).Validate(); err == nil || !strings.Contains(err.Error(), "--git-allowed") {
 			t.Errorf("%v accepted or not named: %v", args, err)
 		}
+	}
+}
+
+func TestOptionsGitFetchBounds(t *testing.T) {
+	if o := parse(t); o.GitMaxFetchBytes != gitwriter.DefaultMaxFetchBytes || o.GitMaxFetchObjectBytes != gitwriter.DefaultMaxFetchObjectBytes {
+		t.Fatalf("defaults: %d, %d", o.GitMaxFetchBytes, o.GitMaxFetchObjectBytes)
+	}
+	o := parse(t, "--git-max-fetch-bytes=1048576", "--git-max-fetch-object-bytes=4194304")
+	if o.GitMaxFetchBytes != 1<<20 || o.GitMaxFetchObjectBytes != 4<<20 || o.Validate() != nil {
+		t.Fatalf("set: %d, %d, %v", o.GitMaxFetchBytes, o.GitMaxFetchObjectBytes, o.Validate())
+	}
+	if err := parse(t, "--git-max-fetch-bytes=-1").Validate(); err == nil || !strings.Contains(err.Error(), "--git-max-fetch-bytes") {
+		t.Fatalf("a negative bound: %v", err)
 	}
 }

@@ -379,6 +379,8 @@ func (r *GitTargetReconciler) writeStatus(ctx context.Context, target *mirrorv1a
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "PushFailed", st.Writer.LastError.Error()
 		if egress.IsRefused(st.Writer.LastError) {
 			ready.Reason = gitwriter.ReasonRemoteNotAllowed
+		} else if errors.Is(st.Writer.LastError, gitwriter.ErrFetchTooLarge) {
+			ready.Reason = gitwriter.ReasonFetchTooLarge
 		}
 	case st.Streams == 0:
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionTrue, "Idle", "no WatchRule or ClusterWatchRule selects a resource for this target"
