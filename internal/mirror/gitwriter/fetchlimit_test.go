@@ -9,11 +9,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os/exec"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/crypto/ssh"
 
 	"github.com/siteops/siteops/internal/servers"
 	"github.com/siteops/siteops/internal/testenv"
@@ -269,5 +273,94 @@ func TestFetchRefusesDeltaBomb(t *testing.T) {
 	t.Logf("%v (allocation bound %d KiB)", err, bound>>10)
 	if grew > bound {
 		t.Fatalf("allocated %d MiB while refusing a 64 MiB delta result; want at most %d MiB", grew>>20, bound>>20)
+	}
+}
+
+// endlessSSHRemote is an SSH server on loopback that accepts any client key and answers
+// git-upload-pack with a reference advertisement that never ends (go-git keeps every reference
+// it reads). It returns the server's address, the Secret data to reach it, and the bytes it
+// managed to send.
+func endlessSSHRemote(t *testing.T) (string, map[string][]byte, *atomic.Int64) {
+	t.Helper()
+	l := testenv.LoopbackListener(t)
+	secret := sshSecret(t, l.Addr().String())
+	// sshSecret's known_hosts line is for its identity's key: the server uses it as host key.
+	hostKey, err := ssh.ParsePrivateKey(secret[KeyIdentity])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &ssh.ServerConfig{PublicKeyCallback: func(ssh.ConnMetadata, ssh.PublicKey) (*ssh.Permissions, error) { return nil, nil }}
+	cfg.AddHostKey(hostKey)
+	var sent atomic.Int64
+	serve := func(c net.Conn) {
+		defer c.Close()
+		_, chans, reqs, err := ssh.NewServerConn(c, cfg)
+		if err != nil {
+			return
+		}
+		go ssh.DiscardRequests(reqs)
+		for nc := range chans {
+			ch, requests, err := nc.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				for r := range requests {
+					_ = r.Reply(r.Type == "exec", nil)
+					if r.Type != "exec" {
+						continue
+					}
+					hash := strings.Repeat("1", 40)
+					first := hash + " HEAD\x00multi_ack ofs-delta shallow no-progress\n"
+					n, err := fmt.Fprintf(ch, "%04x%s", len(first)+4, first)
+					sent.Add(int64(n))
+					if err != nil {
+						return
+					}
+					for i := 0; ; i++ {
+						line := fmt.Sprintf("%s refs/heads/b%09d\n", hash, i)
+						n, err := fmt.Fprintf(ch, "%04x%s", len(line)+4, line)
+						sent.Add(int64(n))
+						if err != nil {
+							return
+						}
+					}
+				}
+			}()
+		}
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go serve(c)
+		}
+	}()
+	return l.Addr().String(), secret, &sent
+}
+
+// TestSSHFetchStopsPastByteLimit: an SSH remote that advertises references without end is cut
+// off once it sent more than the 1 MiB bound, long before the timeout, and the error names the
+// flag.
+func TestSSHFetchStopsPastByteLimit(t *testing.T) {
+	addr, secret, sent := endlessSSHRemote(t)
+	url := "ssh://git@" + addr + "/org/repo.git"
+	auth, err := Credentials(url, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, _ := startWriter(t, Config{URL: url, Branch: "main", Auth: auth, Committer: Signature{"Mirror", "mirror@example.com"}, MaxFetchBytes: 1 << 20, Timeout: 30 * time.Second, RetryInterval: time.Hour})
+	testenv.Eventually(t, 20*time.Second, func() error {
+		if err := w.Status().LastError; err == nil {
+			return fmt.Errorf("no error yet; the remote wrote %d KiB of payload", sent.Load()>>10)
+		}
+		return nil
+	})
+	err = w.Status().LastError
+	t.Logf("%v; the remote wrote %d KiB of payload", err, sent.Load()>>10)
+	if !errors.Is(err, ErrFetchTooLarge) || !strings.Contains(err.Error(), FlagMaxFetchBytes) {
+		t.Fatalf("fetch from an endless SSH remote with a 1 MiB bound: %v; want ErrFetchTooLarge naming %s", err, FlagMaxFetchBytes)
 	}
 }
