@@ -263,7 +263,7 @@ type Decofile struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   DecofileSpec   `json:"spec,omitempty"`
+	Spec DecofileSpec `json:"spec,omitempty"`
 	// Status is the observed state. It defaults to observedGeneration 0 so that, before the first
 	// reconcile, kstatus reads a new Decofile as InProgress rather than Current (it treats a
 	// missing observedGeneration as nothing to wait for).
