@@ -194,6 +194,7 @@ var corefileTemplate = template.Must(template.New("Corefile").Parse(`# Cluster D
 .:53 {
     bind {{.NodeIP}}
     errors
+    ready {{.NodeIP}}:8181
     kubernetes cluster.local in-addr.arpa ip6.arpa {
         kubeconfig {{.Dir}}/kube-proxy.kubeconfig {{.Context}}
         pods insecure

@@ -11,6 +11,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -180,6 +182,9 @@ func Start(ctx context.Context, o Options) (_ *Node, err error) {
 		return nil, err
 	}
 	if err := n.publishAPIServer(ctx); err != nil {
+		return nil, err
+	}
+	if err := n.waitFor(ctx, 30*time.Second, "coredns", n.dnsReady); err != nil {
 		return nil, err
 	}
 	return n, nil
@@ -466,6 +471,23 @@ func (n *Node) unpublishAPIServer(ctx context.Context) error {
 	err = n.client.Delete(ctx, &s, client.Preconditions{UID: &s.UID, ResourceVersion: &s.ResourceVersion})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("delete the kubernetes Service's EndpointSlice: %w", err)
+	}
+	return nil
+}
+
+// dnsReady asks CoreDNS's ready plugin whether it has loaded the cluster's Services.
+func (n *Node) dnsReady(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(n.NetnsIP, "8181")+"/ready", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("CoreDNS not ready: %s", resp.Status)
 	}
 	return nil
 }
