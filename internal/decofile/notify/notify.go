@@ -152,6 +152,10 @@ type Pod struct {
 	MountPath string
 	// SkipReason, when set, says why the pod is not notified (not running, being deleted, gone).
 	SkipReason string
+	// Token, when set, is the reload token the pod's own spec carries as a literal value (a pod
+	// injected by the published operator, v0.11, before the webhook moved it to the token
+	// Secret); it is sent to this pod instead of Rollout.Token.
+	Token string
 }
 
 // Refresher re-reads a pod just before it is notified, so the IP and phase are current; it
@@ -416,7 +420,11 @@ func (n *Notifier) send(ctx context.Context, r Rollout, src bodySource, pod Pod)
 	if err != nil {
 		return 0, permanentError{fmt.Errorf("build request: %w", err)}
 	}
-	req.Header.Set("Authorization", "Token "+r.Token)
+	token := r.Token
+	if pod.Token != "" {
+		token = pod.Token
+	}
+	req.Header.Set("Authorization", "Token "+token)
 	resp, err := n.cfg.Client.Do(req)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {

@@ -48,7 +48,7 @@ func selectPods(ctx context.Context, r client.Reader, df *decov1alpha1.Decofile)
 // take a notification now (being deleted, not Running, no IP).
 func Target(p *corev1.Pod) notify.Pod {
 	c := injectedContainer(p)
-	t := notify.Pod{Name: p.Name, IP: p.Status.PodIP, Port: reloadPort(p, c), MountPath: mountPath(p, c)}
+	t := notify.Pod{Name: p.Name, IP: p.Status.PodIP, Port: reloadPort(p, c), MountPath: mountPath(p, c), Token: literalToken(c)}
 	switch {
 	case p.DeletionTimestamp != nil:
 		t.SkipReason = "being deleted"
@@ -69,6 +69,22 @@ func orUnknown(s string) string {
 
 // injectedContainer is the container carrying DECO_RELEASE (set by the webhook), else the one the
 // deco.sites/decofile-container annotation names, else "app", else the first.
+// literalToken is the reload token a pod's spec holds as a plain value, as the published operator
+// (v0.11) injected it; "" for a Secret reference. Such a pod checks pushes against that value
+// until its workload is re-admitted, so sending it keeps adopted sites notified meanwhile. It
+// is the tenant's own value sent to the tenant's own pod: it reveals nothing.
+func literalToken(c *corev1.Container) string {
+	if c == nil {
+		return ""
+	}
+	for _, e := range c.Env {
+		if e.Name == decov1alpha1.EnvReloadToken && e.ValueFrom == nil {
+			return strings.TrimSpace(e.Value)
+		}
+	}
+	return ""
+}
+
 func injectedContainer(p *corev1.Pod) *corev1.Container {
 	cs := p.Spec.Containers
 	for i := range cs {
