@@ -48,7 +48,7 @@ func TestNodeChild(t *testing.T) {
 func TestNodeDiesWithItsOwner(t *testing.T) {
 	c := testenv.APIServer(t)
 	testenv.RequireNode(t)
-	testenv.ImageArchive(t, "siteops-site")
+	site := testenv.ImageArchive(t, "siteops-site")
 	c.Controllers(t)
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
@@ -93,7 +93,7 @@ func TestNodeDiesWithItsOwner(t *testing.T) {
 
 	ctx := context.Background()
 	ns := c.PodNamespace(t, "crash")
-	pod := sitePod(ns, name)
+	pod := sitePod(ns, name, testenv.ImageRef(t, site))
 	pod.Spec.Containers[0].Env = nil
 	pod.Spec.Containers[0].VolumeMounts, pod.Spec.Volumes = nil, nil
 	if err := c.Client.Create(ctx, pod); err != nil {

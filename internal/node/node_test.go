@@ -55,7 +55,7 @@ func TestNodeRunsSitePod(t *testing.T) {
 			Data: map[string]string{"decofile.json": `{"site":{"title":"from the mounted ConfigMap"}}`}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "reload", Namespace: ns},
 			StringData: map[string]string{"token": token}},
-		sitePod(ns, n.Name),
+		sitePod(ns, n.Name, testenv.ImageRef(t, site)),
 	}
 	for _, o := range objs {
 		if err := c.Client.Create(ctx, o); err != nil {
@@ -125,7 +125,7 @@ func TestNodeRunsSitePod(t *testing.T) {
 	}
 }
 
-func sitePod(ns, nodeName string) *corev1.Pod {
+func sitePod(ns, nodeName, image string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "site", Namespace: ns},
 		Spec: corev1.PodSpec{
@@ -134,7 +134,7 @@ func sitePod(ns, nodeName string) *corev1.Pod {
 			TerminationGracePeriodSeconds: ptr.To[int64](1),
 			Containers: []corev1.Container{{
 				Name:            "site",
-				Image:           "siteops-site:0.1.0",
+				Image:           image,
 				ImagePullPolicy: corev1.PullNever,
 				Args:            []string{"--addr", "0.0.0.0:8000"},
 				Env: []corev1.EnvVar{
@@ -206,11 +206,12 @@ func iptablesRules(t *testing.T) string {
 func TestNodeRunsDeployment(t *testing.T) {
 	c := testenv.APIServer(t)
 	c.Controllers(t)
-	n := c.Node(t, testenv.ImageArchive(t, "siteops-site"))
+	site := testenv.ImageArchive(t, "siteops-site")
+	n := c.Node(t, site)
 	ctx := context.Background()
 	ns := c.PodNamespace(t, "deploy")
 	labels := map[string]string{"app": "site"}
-	pod := sitePod(ns, "")
+	pod := sitePod(ns, "", testenv.ImageRef(t, site))
 	pod.Spec.Containers[0].Env = nil
 	pod.Spec.Containers[0].VolumeMounts, pod.Spec.Volumes = nil, nil
 	// Only this test's node: Nodes of other tests may linger in the shared API server.
@@ -338,7 +339,8 @@ func getInNetns(netnsPath, addr string) error {
 // relay, verifying the API server's certificate) and takes the leader Lease.
 func TestNodePodTalksToAPIServer(t *testing.T) {
 	c := testenv.APIServer(t)
-	n := c.Node(t, testenv.ImageArchive(t, "siteops-manager"))
+	manager := testenv.ImageArchive(t, "siteops-manager")
+	n := c.Node(t, manager)
 	ctx := context.Background()
 	ns := c.PodNamespace(t, "manager")
 	crb := &rbacv1.ClusterRoleBinding{
@@ -356,7 +358,7 @@ func TestNodePodTalksToAPIServer(t *testing.T) {
 			NodeName:                      n.Name,
 			TerminationGracePeriodSeconds: ptr.To[int64](1),
 			Containers: []corev1.Container{{
-				Name: "manager", Image: "siteops-manager:0.1.0", ImagePullPolicy: corev1.PullNever,
+				Name: "manager", Image: testenv.ImageRef(t, manager), ImagePullPolicy: corev1.PullNever,
 				Args: []string{"--leader-elect", "--leader-election-namespace=" + ns, "--metrics-bind-address=0",
 					"--controllers=decofile", "--webhook-self-signed", "--webhook-cert-dir=/tmp/certs"},
 			}},
@@ -392,13 +394,14 @@ func TestNodePodTalksToAPIServer(t *testing.T) {
 // ClusterIP to a pod on the same bridge.
 func TestNodePodReachesServiceByName(t *testing.T) {
 	c := testenv.APIServer(t)
-	n := c.Node(t, testenv.ImageArchive(t, "siteops-site"))
+	site := testenv.ImageArchive(t, "siteops-site")
+	n := c.Node(t, site)
 	ctx := context.Background()
 	ns := c.PodNamespace(t, "dns")
-	origin := sitePod(ns, n.Name)
+	origin := sitePod(ns, n.Name, testenv.ImageRef(t, site))
 	origin.Name, origin.Labels = "origin", map[string]string{"app": "origin"}
 	host := "origin." + ns + ".svc.cluster.local"
-	reader := sitePod(ns, n.Name)
+	reader := sitePod(ns, n.Name, testenv.ImageRef(t, site))
 	reader.Name = "reader"
 	reader.Spec.Containers[0].Env = []corev1.EnvVar{
 		{Name: decov1alpha1.EnvRelease, Value: "http://" + host + "/.decofile?content=true"},

@@ -47,7 +47,8 @@ func (w *warnings) all() string {
 // Service's name).
 func TestNodeWebhookThroughService(t *testing.T) {
 	c := testenv.APIServer(t)
-	n := c.Node(t, testenv.ImageArchive(t, "siteops-manager"))
+	manager := testenv.ImageArchive(t, "siteops-manager")
+	n := c.Node(t, manager)
 	ctx := context.Background()
 	ns := c.PodNamespace(t, "webhook")
 	const service = "siteops-webhook-service"
@@ -67,7 +68,7 @@ func TestNodeWebhookThroughService(t *testing.T) {
 				NodeName:                      n.Name,
 				TerminationGracePeriodSeconds: ptr.To[int64](1),
 				Containers: []corev1.Container{{
-					Name: "manager", Image: "siteops-manager:0.1.0", ImagePullPolicy: corev1.PullNever,
+					Name: "manager", Image: testenv.ImageRef(t, manager), ImagePullPolicy: corev1.PullNever,
 					Args: []string{"--leader-elect=false", "--metrics-bind-address=0", "--controllers=decofile",
 						"--webhook-self-signed", "--webhook-cert-dir=/tmp/certs",
 						"--webhook-cert-hosts=" + service + "." + ns + ".svc"},
@@ -116,7 +117,7 @@ func TestNodeWebhookThroughService(t *testing.T) {
 				Replicas: ptr.To[int32](0),
 				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "site"}},
 				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "site"}},
-					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "site", Image: "siteops-site:0.1.0"}}}},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "site", Image: "siteops-site"}}}},
 			},
 		}
 		if _, lastErr = cs.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); lastErr != nil {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -95,6 +97,17 @@ func ImageArchive(t testing.TB, name string) string {
 		t.Skipf("image archive %s missing: run `make image`", p)
 	}
 	return p
+}
+
+// ImageRef is the reference an image archive is tagged with (`make image` tags them with the
+// chart's appVersion), for a Pod's image.
+func ImageRef(t testing.TB, archive string) string {
+	t.Helper()
+	m, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(archive) })
+	if err != nil || len(m) == 0 || len(m[0].RepoTags) == 0 {
+		t.Fatalf("image archive %s: no tagged image (%v)", archive, err)
+	}
+	return m[0].RepoTags[0]
 }
 
 // Node starts a real node (kubelet, containerd, runc, CNI bridge) joined to c with the given
