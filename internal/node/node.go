@@ -1,6 +1,6 @@
 // Package node runs a real Kubernetes node on this machine for development and tests: kubelet,
-// containerd, runc and the CNI bridge, joined to a running kube-apiserver, and isolated from the
-// machine. Its processes live in a PID and mount namespace of their own (tmpfs over /run,
+// containerd, runc, the CNI bridge, kube-proxy and CoreDNS, joined to a running kube-apiserver,
+// and isolated from the machine. Its processes live in a PID and mount namespace of their own (tmpfs over /run,
 // /var/lib and /var/log, kubelet's kernel tunables read from files), the pods' network in a
 // network namespace reached from the machine only through a veth pair, and its pods' cgroups
 // under one cgroup of its own. Stop (or the death of the process that started it) ends every
@@ -256,7 +256,7 @@ func (n *Node) writeConfig(o Options, nsKubeConfig []byte) error {
 		"kube-proxy.yaml":         proxy,
 		"kube-proxy.kubeconfig":   nsKubeConfig,
 		"Corefile":                dns,
-		// No cluster DNS yet: pods resolve nothing rather than through the machine's resolver.
+		// For dnsPolicy Default: nothing, rather than the machine's resolver.
 		"resolv.conf": []byte("# siteops development node: no resolver\n"),
 	}
 	for _, s := range kubeletSysctls {
@@ -273,8 +273,8 @@ func (n *Node) writeConfig(o Options, nsKubeConfig []byte) error {
 // holderScript runs as PID 1 of the node's PID namespace, in its private mount namespace: it
 // lays the tmpfs and the kernel tunables' files over the machine's, starts containerd in the
 // node's network namespace (fd 3) with kube-proxy and CoreDNS, then kubelet once
-// start-kubelet exists. When either exits it
-// exits, and the kernel ends every process of the namespace with it.
+// start-kubelet exists. When any of them exits it exits, and the kernel ends every process of
+// the namespace with it.
 const holderScript = `set -eu
 mount -t tmpfs -o mode=0755 siteops-node /run
 mount -t tmpfs -o mode=0755 siteops-node /var/lib
