@@ -654,6 +654,11 @@ func TestWithDeliveryController(t *testing.T) {
 				if s := p.rt.Current(); s.Hash != got.Status.ContentHash || s.Timestamp != got.Status.Timestamp {
 					return fmt.Errorf("%s serves ts %d, status has %d", p.pod.Name, s.Timestamp, got.Status.Timestamp)
 				}
+				// The status may still describe an earlier edit (or the first content, stored
+				// after before was read): wait for this edit's content itself.
+				if s := p.rt.Current(); !strings.Contains(string(s.Decofile), `"`+name+`"`) {
+					return fmt.Errorf("%s serves %q's predecessor", p.pod.Name, name)
+				}
 			}
 			return nil
 		})
@@ -665,7 +670,7 @@ func TestWithDeliveryController(t *testing.T) {
 	}
 	second := edit("third")
 	if second.Status.Timestamp <= first.Status.Timestamp || !strings.Contains(string(pods[0].rt.Current().Decofile), `"third"`) {
-		t.Fatalf("timestamps %d → %d, pod serves %s", first.Status.Timestamp, second.Status.Timestamp, pods[0].rt.Current().Decofile)
+		t.Fatalf("timestamps %d → %d, pod serves ts %d from %s: %s (reloads %d)", first.Status.Timestamp, second.Status.Timestamp, pods[0].rt.Current().Timestamp, pods[0].rt.Current().Source, pods[0].rt.Current().Decofile, pods[0].rt.Reloads())
 	}
 }
 
