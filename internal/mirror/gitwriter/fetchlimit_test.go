@@ -133,7 +133,7 @@ func TestFetchWithinBoundsStillWorks(t *testing.T) {
 	}
 	testenv.Eventually(t, time.Minute, func() error {
 		if st := w.Status(); st.LastPushedCommit == "" {
-			return fmt.Errorf("nothing pushed yet: %v", st.LastError)
+			return fmt.Errorf("nothing pushed yet: %w", st.LastError)
 		}
 		return nil
 	})
