@@ -50,6 +50,9 @@ func TestTanStackKVLeftAlone(t *testing.T) {
 		Data: map[string]string{decov1.KeyBin: "G/8AAIyUoiU=", decov1.KeyTimestamp: "1764547200"},
 	}
 	e.create(t, cm)
+	// v0.11 wrote its status long before siteops ran; here siteops already runs, so its first
+	// status write is awaited first, or it could land between the two and hide v0.11's fields.
+	e.waitReady(t, ns, "shop", metav1.ConditionFalse, decov1.ReasonTargetNotSupported, nil)
 	updated := metav1.NewTime(time.Unix(1764547200, 0))
 	testenv.Eventually(t, waitFor, func() error {
 		cur := e.get(t, ns, "shop")
