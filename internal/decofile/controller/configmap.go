@@ -86,9 +86,9 @@ func adoptable(cm *corev1.ConfigMap, hash string, limit int64) (*adoption, bool)
 	return a, true
 }
 
-// adoptConfigMap takes cm over without touching its data: it gets this operator's labels, its
-// informational annotations and the Decofile as controller, so the next reconcile finds it intact.
-func (r *Reconciler) adoptConfigMap(ctx context.Context, df *decov1.Decofile, cm *corev1.ConfigMap, hash string, a *adoption) error {
+// labelStored marks cm as this operator's, for df, holding content hash stored as data. The
+// annotations are information for people: what is intact is decided from status.storedHash.
+func labelStored(cm *corev1.ConfigMap, df *decov1.Decofile, hash, data string) {
 	if cm.Labels == nil {
 		cm.Labels = map[string]string{}
 	}
@@ -97,7 +97,13 @@ func (r *Reconciler) adoptConfigMap(ctx context.Context, df *decov1.Decofile, cm
 	}
 	maps.Copy(cm.Labels, map[string]string{decov1.LabelManagedBy: decov1.ManagedByValue, decov1.LabelDecofile: df.Name})
 	cm.Annotations[AnnotationContentHash] = hash
-	cm.Annotations[AnnotationStoredHash] = sha(a.data)
+	cm.Annotations[AnnotationStoredHash] = sha(data)
+}
+
+// adoptConfigMap takes cm over without touching its data: it gets this operator's labels, its
+// informational annotations and the Decofile as controller, so the next reconcile finds it intact.
+func (r *Reconciler) adoptConfigMap(ctx context.Context, df *decov1.Decofile, cm *corev1.ConfigMap, hash string, a *adoption) error {
+	labelStored(cm, df, hash, a.data)
 	if metav1.GetControllerOf(cm) == nil {
 		if err := controllerutil.SetControllerReference(df, cm, r.client.Scheme()); err != nil {
 			return &source.Error{Reason: ReasonStoreFailed, Err: fmt.Errorf("own ConfigMap %s: %w", cm.Name, err)}
@@ -148,15 +154,7 @@ func (r *Reconciler) writeConfigMap(ctx context.Context, df *decov1.Decofile, cm
 	if create {
 		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: df.ConfigMapName(), Namespace: df.Namespace}}
 	}
-	if cm.Labels == nil {
-		cm.Labels = map[string]string{}
-	}
-	if cm.Annotations == nil {
-		cm.Annotations = map[string]string{}
-	}
-	maps.Copy(cm.Labels, map[string]string{decov1.LabelManagedBy: decov1.ManagedByValue, decov1.LabelDecofile: df.Name})
-	cm.Annotations[AnnotationContentHash] = hash
-	cm.Annotations[AnnotationStoredHash] = sha(res.Data)
+	labelStored(cm, df, hash, res.Data)
 	// Replace the whole data: a stale decofile.bin next to a new decofile.json would be loaded.
 	cm.Data = map[string]string{res.Key: res.Data, decov1.KeyTimestamp: strconv.FormatInt(ts, 10)}
 	cm.BinaryData = nil

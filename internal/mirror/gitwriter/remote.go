@@ -140,36 +140,34 @@ func (r *remote) client(ctx context.Context, ex *exchange, ep *transport.Endpoin
 
 // uploadPack opens a fetch session; release closes it.
 func (r *remote) uploadPack(ctx context.Context, ex *exchange) (transport.UploadPackSession, func(), error) {
-	ep, err := r.endpoint()
-	if err != nil {
-		return nil, nil, err
-	}
-	tr, release, err := r.client(ctx, ex, ep)
-	if err != nil {
-		return nil, nil, err
-	}
-	sess, err := tr.NewUploadPackSession(ep, r.auth)
-	if err != nil {
-		release()
-		return nil, nil, err
-	}
-	return sess, func() { _ = sess.Close(); release() }, nil
+	return openSession(ctx, r, ex, func(tr transport.Transport, ep *transport.Endpoint) (transport.UploadPackSession, error) {
+		return tr.NewUploadPackSession(ep, r.auth)
+	})
 }
 
 // receivePack opens a push session; release closes it.
 func (r *remote) receivePack(ctx context.Context, ex *exchange) (transport.ReceivePackSession, func(), error) {
+	return openSession(ctx, r, ex, func(tr transport.Transport, ep *transport.Endpoint) (transport.ReceivePackSession, error) {
+		return tr.NewReceivePackSession(ep, r.auth)
+	})
+}
+
+// openSession opens a session of r's remote with open, on the writer's own transport; release
+// closes the session and the transport.
+func openSession[S interface{ Close() error }](ctx context.Context, r *remote, ex *exchange, open func(transport.Transport, *transport.Endpoint) (S, error)) (S, func(), error) {
+	var none S
 	ep, err := r.endpoint()
 	if err != nil {
-		return nil, nil, err
+		return none, nil, err
 	}
 	tr, release, err := r.client(ctx, ex, ep)
 	if err != nil {
-		return nil, nil, err
+		return none, nil, err
 	}
-	sess, err := tr.NewReceivePackSession(ep, r.auth)
+	sess, err := open(tr, ep)
 	if err != nil {
 		release()
-		return nil, nil, err
+		return none, nil, err
 	}
 	return sess, func() { _ = sess.Close(); release() }, nil
 }
