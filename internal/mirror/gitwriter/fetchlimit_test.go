@@ -96,18 +96,26 @@ func TestFetchStopsPastByteLimit(t *testing.T) {
 // inflated: the writer allocates far less than the blob's size.
 func TestFetchRefusesZlibBomb(t *testing.T) {
 	url, _ := hostileRepo(t, "bomb", "head -c 67108864 /dev/zero > zeros.bin")
+	refusedWithinObjectBound(t, url, "a 64 MiB zero blob")
+}
+
+// refusedWithinObjectBound fetches url with a 4 MiB object bound and fails t unless the fetch is
+// refused with ErrFetchTooLarge naming the flag while allocating at most 16 MiB; what names the
+// 64 MiB object for the failure message.
+func refusedWithinObjectBound(t *testing.T, url, what string) {
+	t.Helper()
 	runtime.GC()
 	before := allocated()
 	err := fetchError(t, url, Config{MaxFetchObjectBytes: 4 << 20})
 	grew := allocated() - before
 	t.Logf("allocated %d KiB while fetching", grew>>10)
 	if !errors.Is(err, ErrFetchTooLarge) || !strings.Contains(err.Error(), FlagMaxFetchObjectBytes) {
-		t.Fatalf("fetch of a 64 MiB zero blob with a 4 MiB object bound: %v; want ErrFetchTooLarge naming %s", err, FlagMaxFetchObjectBytes)
+		t.Fatalf("fetch of %s with a 4 MiB object bound: %v; want ErrFetchTooLarge naming %s", what, err, FlagMaxFetchObjectBytes)
 	}
 	const bound = 16 << 20
 	t.Logf("%v (allocation bound %d KiB)", err, bound>>10)
 	if grew > bound {
-		t.Fatalf("allocated %d MiB while refusing a 64 MiB zero blob; want at most %d MiB", grew>>20, bound>>20)
+		t.Fatalf("allocated %d MiB while refusing %s; want at most %d MiB", grew>>20, what, bound>>20)
 	}
 }
 
@@ -260,20 +268,7 @@ func ofsDeltaDistance(n int) []byte {
 // KiB whose objects all declare small sizes, is refused by the 4 MiB object bound before it is
 // resolved.
 func TestFetchRefusesDeltaBomb(t *testing.T) {
-	url := deltaBombRepo(t)
-	runtime.GC()
-	before := allocated()
-	err := fetchError(t, url, Config{MaxFetchObjectBytes: 4 << 20})
-	grew := allocated() - before
-	t.Logf("allocated %d KiB while fetching", grew>>10)
-	if !errors.Is(err, ErrFetchTooLarge) || !strings.Contains(err.Error(), FlagMaxFetchObjectBytes) {
-		t.Fatalf("fetch of a 64 MiB delta result with a 4 MiB object bound: %v; want ErrFetchTooLarge naming %s", err, FlagMaxFetchObjectBytes)
-	}
-	const bound = 16 << 20
-	t.Logf("%v (allocation bound %d KiB)", err, bound>>10)
-	if grew > bound {
-		t.Fatalf("allocated %d MiB while refusing a 64 MiB delta result; want at most %d MiB", grew>>20, bound>>20)
-	}
+	refusedWithinObjectBound(t, deltaBombRepo(t), "a 64 MiB delta result")
 }
 
 // endlessSSHRemote is an SSH server on loopback that accepts any client key and answers
