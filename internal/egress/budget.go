@@ -23,12 +23,6 @@ type Budget struct {
 // NewBudget returns a Budget allowing limit bytes.
 func NewBudget(limit int64) *Budget { return &Budget{limit: limit} }
 
-// Limit is the number of bytes the budget allows.
-func (b *Budget) Limit() int64 { return b.limit }
-
-// Received is the number of bytes counted so far.
-func (b *Budget) Received() int64 { return b.received.Load() }
-
 // Exceeded reports whether the remote sent more than the limit. Callers check it first when an
 // operation fails: the libraries in between may wrap ErrBudgetExceeded into errors that lose it.
 func (b *Budget) Exceeded() bool { return b.exceeded.Load() }
