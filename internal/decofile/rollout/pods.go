@@ -45,7 +45,7 @@ func selectPods(ctx context.Context, r client.Reader, df *decov1alpha1.Decofile)
 }
 
 // Target turns a pod into what the notifier needs, with SkipReason set when the pod cannot
-// take a notification now (being deleted, not Running, no IP).
+// take a notification now (being deleted, not Running, no IP) or must not get one (hostNetwork).
 func Target(p *corev1.Pod) notify.Pod {
 	c := injectedContainer(p)
 	t := notify.Pod{Name: p.Name, IP: p.Status.PodIP, Port: reloadPort(p, c), MountPath: mountPath(p, c), Token: literalToken(c)}
@@ -56,6 +56,10 @@ func Target(p *corev1.Pod) notify.Pod {
 		t.SkipReason = fmt.Sprintf("phase %s", orUnknown(string(p.Status.Phase)))
 	case p.Status.PodIP == "":
 		t.SkipReason = "no pod IP"
+	case p.Spec.HostNetwork:
+		// Its IP is the node's: a tenant-chosen port there would point the manager's calls (with
+		// the reload token and an excerpt of the answer in status) at the node's own services.
+		t.SkipReason = "uses the node's network (hostNetwork); the operator does not call node addresses"
 	}
 	return t
 }

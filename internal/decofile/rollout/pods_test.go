@@ -43,6 +43,8 @@ func TestTarget(t *testing.T) {
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Ports: []corev1.ContainerPort{{ContainerPort: 8081}}}}}}), 8081, "/app/decofile", ""},
 		{"pending", &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending}}, 8000, "/app/decofile", "phase Pending"},
 		{"no IP", &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}}, 8000, "/app/decofile", "no pod IP"},
+		{"host network", running(&corev1.Pod{Spec: corev1.PodSpec{HostNetwork: true, Containers: []corev1.Container{{Name: "app"}}}}), 8000, "/app/decofile",
+			"uses the node's network (hostNetwork); the operator does not call node addresses"},
 		{"deleting", func() *corev1.Pod { p := running(&corev1.Pod{}); p.DeletionTimestamp = &now; return p }(), 8000, "/app/decofile", "being deleted"},
 	}
 	for _, tc := range cases {
