@@ -320,7 +320,10 @@ func sideband(l *capability.List, r io.Reader) io.Reader {
 // redact removes credentials from a URL before it is shown.
 func redact(raw string) string {
 	u, err := neturl.Parse(raw)
-	if err != nil || u.User == nil {
+	if err != nil {
+		return "(unparsable URL)" // it may hold credentials in a form Parse cannot strip
+	}
+	if u.User == nil {
 		return raw
 	}
 	u.User = nil
