@@ -9,6 +9,7 @@ import (
 	"maps"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -52,6 +53,9 @@ type adoption struct {
 	ts     int64
 }
 
+// maxAdoptedTimestampSkew is how far ahead of this clock an adopted timestamp may be.
+const maxAdoptedTimestampSkew = 24 * time.Hour
+
 // adoptable reports whether cm holds exactly one stored value (decofile.json or decofile.bin)
 // and a timestamp.txt, and that value decodes, within limit bytes, to JSON whose canonical
 // merge hashes to hash. Anything else is rewritten as usual.
@@ -60,7 +64,9 @@ func adoptable(cm *corev1.ConfigMap, hash string, limit int64) (*adoption, bool)
 		return nil, false
 	}
 	ts := timestampOf(cm)
-	if ts <= 0 {
+	if ts <= 0 || ts > time.Now().Add(maxAdoptedTimestampSkew).Unix() {
+		// A timestamp far ahead (written by whoever could write the ConfigMap) would pin every
+		// later timestamp above it, up to overflowing.
 		return nil, false
 	}
 	a := &adoption{ts: ts}
