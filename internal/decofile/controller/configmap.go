@@ -2,8 +2,6 @@ package controller
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -103,7 +101,7 @@ func labelStored(cm *corev1.ConfigMap, df *decov1.Decofile, hash, data string) {
 	}
 	maps.Copy(cm.Labels, map[string]string{decov1.LabelManagedBy: decov1.ManagedByValue, decov1.LabelDecofile: df.Name})
 	cm.Annotations[AnnotationContentHash] = hash
-	cm.Annotations[AnnotationStoredHash] = sha(data)
+	cm.Annotations[AnnotationStoredHash] = encode.Hash([]byte(data))
 }
 
 // adoptConfigMap takes cm over without touching its data: it gets this operator's labels, its
@@ -129,7 +127,7 @@ func isIntact(cm *corev1.ConfigMap, s *decov1.DecofileStatus) bool {
 		return false
 	}
 	data, ok := cm.Data[keyOf(s.Format)]
-	if !ok || sha(data) != s.StoredHash {
+	if !ok || encode.Hash([]byte(data)) != s.StoredHash {
 		return false
 	}
 	if len(cm.Data) != 2 || len(cm.BinaryData) != 0 {
@@ -139,11 +137,6 @@ func isIntact(cm *corev1.ConfigMap, s *decov1.DecofileStatus) bool {
 		return false
 	}
 	return timestampOf(cm) == s.Timestamp
-}
-
-func sha(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:])
 }
 
 func timestampOf(cm *corev1.ConfigMap) int64 {

@@ -381,7 +381,7 @@ func (r *Reconciler) store(ctx context.Context, df *decov1.Decofile, next *decov
 			if err := r.adoptConfigMap(ctx, df, cm, hash, a); err != nil {
 				return fail(err)
 			}
-			next.ContentHash, next.StoredHash = hash, sha(a.data)
+			next.ContentHash, next.StoredHash = hash, encode.Hash([]byte(a.data))
 			next.Timestamp, next.Format = a.ts, a.format
 			next.RawBytes, next.StoredBytes = int64(len(merged)), int64(len(a.data))
 			next.ConfigMapName = df.ConfigMapName()
@@ -447,7 +447,7 @@ func (r *Reconciler) store(ctx context.Context, df *decov1.Decofile, next *decov
 		next.LastUpdated = &now
 	}
 	next.ContentHash = hash
-	next.StoredHash = sha(res.Data)
+	next.StoredHash = encode.Hash([]byte(res.Data))
 	next.Timestamp = ts
 	next.Format = res.Format
 	next.RawBytes = int64(res.RawBytes)
