@@ -14,12 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
 	"github.com/siteops/siteops/internal/mirror"
@@ -27,7 +23,6 @@ import (
 	"github.com/siteops/siteops/internal/mirror/audit"
 	"github.com/siteops/siteops/internal/mirror/commitrequest"
 	"github.com/siteops/siteops/internal/mirror/engine"
-	"github.com/siteops/siteops/internal/scheme"
 	"github.com/siteops/siteops/internal/servers"
 	"github.com/siteops/siteops/internal/testenv"
 )
@@ -49,23 +44,7 @@ func TestCommitRequestCommitsAsSubmitter(t *testing.T) {
 	}})
 	redis := testenv.Redis(t, servers.RedisOptions{})
 	f := newFixture(t, c)
-	wio := c.Env.WebhookInstallOptions
-	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
-		Scheme:                 scheme.New(),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr(true)},
-		WebhookServer:          webhook.NewServer(webhook.Options{Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir}),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := mirror.SetupWithEngine(mgr, localGit(mirror.Options{RedisAddr: redis.Addr, RedisKeyPrefix: "cmd", CommitRequestWebhook: true}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.StartManager(t, mgr)
-	testenv.Eventually(t, 30*time.Second, func() error { return mgr.GetWebhookServer().StartedChecker()(nil) })
+	eng := runWebhookManager(t, c, mirror.Options{RedisAddr: redis.Addr, RedisKeyPrefix: "cmd", CommitRequestWebhook: true})
 
 	f.target(t, "site", "site", time.Hour, "")
 	f.watchRule(t, "cms", "site", cmRule())
@@ -239,25 +218,9 @@ func TestCommitRequestAfterAttributedChange(t *testing.T) {
 	})
 	redis := testenv.Redis(t, servers.RedisOptions{})
 	f := newFixture(t, c)
-	wio := c.Env.WebhookInstallOptions
-	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
-		Scheme:                 scheme.New(),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr(true)},
-		WebhookServer:          webhook.NewServer(webhook.Options{Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir}),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := mirror.SetupWithEngine(mgr, localGit(mirror.Options{RedisAddr: redis.Addr, RedisKeyPrefix: "cmdattr", CommitRequestWebhook: true,
+	eng := runWebhookManager(t, c, mirror.Options{RedisAddr: redis.Addr, RedisKeyPrefix: "cmdattr", CommitRequestWebhook: true,
 		Attribution: attribution.Options{Enabled: true, Grace: 4 * time.Second, FactTTL: time.Minute, Route: "prod",
-			ListenAddress: addr, CertDir: certs.CertDir, ClientCAFile: certs.CAFile, ClientNames: []string{"kube-apiserver"}}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.StartManager(t, mgr)
-	testenv.Eventually(t, 30*time.Second, func() error { return mgr.GetWebhookServer().StartedChecker()(nil) })
+			ListenAddress: addr, CertDir: certs.CertDir, ClientCAFile: certs.CAFile, ClientNames: []string{"kube-apiserver"}}})
 
 	f.target(t, "site", "site", time.Hour, "")
 	f.watchRule(t, "cms", "site", cmRule())

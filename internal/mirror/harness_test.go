@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
 	"github.com/siteops/siteops/internal/mirror"
@@ -109,6 +110,30 @@ func runManagerWith(t testing.TB, c *testenv.Cluster, o mirror.Options, probeAdd
 		prep(eng)
 	}
 	return eng, testenv.StartManager(t, mgr)
+}
+
+// runWebhookManager starts a manager serving the cluster's webhook install options' port, with
+// the mirror set up from localGit(o), and waits until its webhook server is up.
+func runWebhookManager(t testing.TB, c *testenv.Cluster, o mirror.Options) *engine.Engine {
+	t.Helper()
+	wio := c.Env.WebhookInstallOptions
+	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
+		Scheme:                 scheme.New(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr(true)},
+		WebhookServer:          webhook.NewServer(webhook.Options{Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := mirror.SetupWithEngine(mgr, localGit(o))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.StartManager(t, mgr)
+	testenv.Eventually(t, 30*time.Second, func() error { return mgr.GetWebhookServer().StartedChecker()(nil) })
+	return eng
 }
 
 // localGit allows what the tests' git remotes need, plain HTTP on loopback, explicitly, as a

@@ -30,18 +30,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
 	"github.com/siteops/siteops/internal/mirror"
 	"github.com/siteops/siteops/internal/mirror/commitrequest"
 	"github.com/siteops/siteops/internal/mirror/store"
-	"github.com/siteops/siteops/internal/scheme"
 	"github.com/siteops/siteops/internal/servers"
 	"github.com/siteops/siteops/internal/testenv"
 )
@@ -321,20 +316,8 @@ func TestCommitRequestAuthorCannotBeForged(t *testing.T) {
 		},
 	})
 	redis := testenv.Redis(t, servers.RedisOptions{})
-	wio := c.Env.WebhookInstallOptions
-	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
-		Scheme:                 scheme.New(),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr(true)},
-		WebhookServer:          webhook.NewServer(webhook.Options{Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir}),
-	})
-	must(t, err)
-	_, err = mirror.SetupWithEngine(mgr, mirror.Options{RedisAddr: redis.Addr, RedisKeyPrefix: "forge", CommitRequestWebhook: true,
+	runWebhookManager(t, c, mirror.Options{RedisAddr: redis.Addr, RedisKeyPrefix: "forge", CommitRequestWebhook: true,
 		CommitRequestWebhookClientCA: certs.CAFile, CommitRequestWebhookClientNames: []string{"kube-apiserver"}})
-	must(t, err)
-	testenv.StartManager(t, mgr)
-	testenv.Eventually(t, 30*time.Second, func() error { return mgr.GetWebhookServer().StartedChecker()(nil) })
 	st, err := store.NewRedisStore(store.RedisStoreConfig{Addr: redis.Addr, KeyPrefix: "forge"})
 	must(t, err)
 	t.Cleanup(func() { _ = st.Close() })
