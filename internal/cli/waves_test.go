@@ -8,10 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/go-git/go-git/v5"
-	"github.com/go-git/go-git/v5/plumbing/object"
 )
 
 // wavesRun runs the siteops command line and returns its output and error.
@@ -149,18 +147,10 @@ func TestWavesPlanJSON(t *testing.T) {
 
 func TestWavesCutoverCheckFlagsTheSplit(t *testing.T) {
 	dir := wavesFixture(t)
-	g, err := git.PlainInit(dir, false)
-	if err != nil {
+	if _, err := git.PlainInit(dir, false); err != nil {
 		t.Fatal(err)
 	}
-	wt, _ := g.Worktree()
-	if err := wt.AddWithOptions(&git.AddOptions{All: true}); err != nil {
-		t.Fatal(err)
-	}
-	sig := &object.Signature{Name: "ops", Email: "ops@example.test", When: time.Unix(1700000000, 0)}
-	if _, err := wt.Commit("pre-split", &git.CommitOptions{Author: sig, Committer: sig}); err != nil {
-		t.Fatal(err)
-	}
+	gitCommit(t, dir, "pre-split")
 	if out, err := wavesRun(t, "waves", "emit", "--repo", dir, "--move"); err != nil {
 		t.Fatal(err, out)
 	}
