@@ -153,3 +153,20 @@ func TestTransportRefusesRedirectToLoopback(t *testing.T) {
 		t.Fatalf("http allowed by default: %v", err)
 	}
 }
+
+// TestRedactNeverShowsCredentials: a URL's password never reaches a message, not even when the
+// URL does not parse; an ssh user name stays.
+func TestRedactNeverShowsCredentials(t *testing.T) {
+	for raw, want := range map[string]string{
+		"https://user:s3cret@git.example/r.git": "https://git.example/r.git",
+		"https://git.example/r.git":             "https://git.example/r.git",
+		"https://u:s3cret@ho st/x":              "(unparsable URL)",
+		"https://user:s3cret@git.example:x/r%":  "(unparsable URL)",
+		"ssh://git@git.example/r.git":           "ssh://git@git.example/r.git",
+		"ssh://git:s3cret@git.example/r.git":    "ssh://git.example/r.git",
+	} {
+		if got := Redact(raw); got != want || strings.Contains(got, "s3cret") {
+			t.Errorf("Redact(%q) = %q, want %q", raw, got, want)
+		}
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -118,7 +117,7 @@ func (g *Git) Resolve(ctx context.Context, url, ref string, auth *GitAuth) (stri
 	}
 	_, sha, ok := findRef(advertised(ar), ref)
 	if !ok {
-		return "", errorf(ReasonNotFound, false, "%s has no branch or tag %q", redact(url), ref)
+		return "", errorf(ReasonNotFound, false, "%s has no branch or tag %q", egress.Redact(url), ref)
 	}
 	return sha, nil
 }
@@ -151,10 +150,10 @@ func (g *Git) Fetch(ctx context.Context, url, ref, sha, folder string, auth *Git
 	if !IsCommitSHA(ref) {
 		_, tip, ok := findRef(advertised(ar), ref)
 		if !ok {
-			return nil, errorf(ReasonNotFound, false, "%s has no branch or tag %q", redact(url), ref)
+			return nil, errorf(ReasonNotFound, false, "%s has no branch or tag %q", egress.Redact(url), ref)
 		}
 		if tip != sha {
-			return nil, errorf(ReasonUnavailable, true, "%s: %q moved from %s to %s while fetching; retrying", redact(url), ref, short(sha), short(tip))
+			return nil, errorf(ReasonUnavailable, true, "%s: %q moved from %s to %s while fetching; retrying", egress.Redact(url), ref, short(sha), short(tip))
 		}
 	}
 	want := plumbing.NewHash(sha)
@@ -162,7 +161,7 @@ func (g *Git) Fetch(ctx context.Context, url, ref, sha, folder string, auth *Git
 	req.Wants = []plumbing.Hash{want}
 	req.Depth = packp.DepthCommits(1)
 	if err := req.Capabilities.Set(capability.Shallow); err != nil {
-		return nil, errorf(ReasonUnavailable, true, "%s: request a shallow fetch: %w", redact(url), err)
+		return nil, errorf(ReasonUnavailable, true, "%s: request a shallow fetch: %w", egress.Redact(url), err)
 	}
 	if ar.Capabilities.Supports(capability.NoProgress) {
 		_ = req.Capabilities.Set(capability.NoProgress)
@@ -173,17 +172,17 @@ func (g *Git) Fetch(ctx context.Context, url, ref, sha, folder string, auth *Git
 		_ = resp.Close()
 	}
 	if err != nil {
-		if e := o.classify(ctx, "git remote "+redact(url), err); e != nil {
+		if e := o.classify(ctx, "git remote "+egress.Redact(url), err); e != nil {
 			return nil, e
 		}
 		if IsCommitSHA(ref) {
-			return nil, errorf(ReasonNotFound, false, "%s does not serve commit %s: it does not exist, or it is not reachable from a branch or tag the remote lets clients fetch; pin a commit of a pushed branch, a branch or a tag", redact(url), sha)
+			return nil, errorf(ReasonNotFound, false, "%s does not serve commit %s: it does not exist, or it is not reachable from a branch or tag the remote lets clients fetch; pin a commit of a pushed branch, a branch or a tag", egress.Redact(url), sha)
 		}
 		return nil, g.fail(ctx, o, url, err)
 	}
 	commit, err := repo.CommitObject(want)
 	if err != nil {
-		return nil, errorf(ReasonNotFound, false, "%s did not send commit %s", redact(url), sha)
+		return nil, errorf(ReasonNotFound, false, "%s did not send commit %s", egress.Redact(url), sha)
 	}
 	return extractCommit(commit, folder, g.Limits)
 }
@@ -202,7 +201,7 @@ func (g *Git) session(ctx context.Context, o *op, rawURL string, auth *GitAuth, 
 		return nil, nil, errorf(ReasonInvalidContent, false, "spec.git.url is not a git URL; use https://host/org/repo.git or ssh://git@host/org/repo.git")
 	}
 	if err := g.policy().CheckScheme(ep.Protocol); err != nil {
-		return nil, nil, errorf(ReasonNotAllowed, false, "git remote %s: %w", redact(rawURL), err)
+		return nil, nil, errorf(ReasonNotAllowed, false, "git remote %s: %w", egress.Redact(rawURL), err)
 	}
 	am, err := auth.method(tmp)
 	if err != nil {
@@ -219,7 +218,7 @@ func (g *Git) session(ctx context.Context, o *op, rawURL string, auth *GitAuth, 
 	case "ssh":
 		if _, ok := am.(*gitssh.PublicKeys); !ok {
 			// Without a key of its own go-git would use the operator's SSH agent and known_hosts.
-			return nil, nil, errorf(ReasonCredentials, false, "git remote %s is an SSH URL: set spec.git.secretRef to a Secret with identity and known_hosts", redact(rawURL))
+			return nil, nil, errorf(ReasonCredentials, false, "git remote %s is an SSH URL: set spec.git.secretRef to a Secret with identity and known_hosts", egress.Redact(rawURL))
 		}
 		proxyURL, done := sshRoute(ctx, g.Egress, o)
 		ep.Proxy = transport.ProxyOptions{URL: proxyURL}
@@ -227,7 +226,7 @@ func (g *Git) session(ctx context.Context, o *op, rawURL string, auth *GitAuth, 
 	case "file":
 		tr = gitfile.DefaultClient
 	default:
-		return nil, nil, errorf(ReasonNotAllowed, false, "git remote %s: URL scheme %q is not supported; use https or ssh", redact(rawURL), ep.Protocol)
+		return nil, nil, errorf(ReasonNotAllowed, false, "git remote %s: URL scheme %q is not supported; use https or ssh", egress.Redact(rawURL), ep.Protocol)
 	}
 	sess, err := tr.NewUploadPackSession(ep, am)
 	if err != nil {
@@ -275,7 +274,7 @@ func findRef(refs []*plumbing.Reference, ref string) (full plumbing.ReferenceNam
 // fail describes a failed git operation without anything the remote wrote: the operation's own
 // bounds and the URL policy first, then the kind of failure and what to check.
 func (g *Git) fail(ctx context.Context, o *op, rawURL string, err error) error {
-	target := "git remote " + redact(rawURL)
+	target := "git remote " + egress.Redact(rawURL)
 	if e := o.classify(ctx, target, err); e != nil {
 		return e
 	}
@@ -317,18 +316,6 @@ func sideband(l *capability.List, r io.Reader) io.Reader {
 	return r
 }
 
-// redact removes credentials from a URL before it is shown.
-func redact(raw string) string {
-	u, err := neturl.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)" // it may hold credentials in a form Parse cannot strip
-	}
-	if u.User == nil {
-		return raw
-	}
-	u.User = nil
-	return u.String()
-}
 
 func short(sha string) string {
 	if len(sha) > 7 {

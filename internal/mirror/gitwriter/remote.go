@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -93,7 +92,7 @@ func newRemote(cfg Config) *remote {
 	if n <= 0 {
 		n = DefaultMaxFetchBytes
 	}
-	return &remote{url: cfg.URL, shown: Redact(cfg.URL), auth: cfg.Auth, policy: p, timeout: t, maxBytes: n}
+	return &remote{url: cfg.URL, shown: egress.Redact(cfg.URL), auth: cfg.Auth, policy: p, timeout: t, maxBytes: n}
 }
 
 // begin starts one operation bounded by the remote's timeout.
@@ -274,7 +273,7 @@ func CheckRemote(p *egress.Policy, rawURL string) error {
 	if p == nil {
 		p = defaultEgress
 	}
-	r := &remote{url: rawURL, shown: Redact(rawURL), policy: p}
+	r := &remote{url: rawURL, shown: egress.Redact(rawURL), policy: p}
 	ep, err := r.endpoint()
 	if err != nil {
 		return err
@@ -301,16 +300,3 @@ func parseIP(host string) (netip.Addr, bool) {
 	return ip, err == nil
 }
 
-// Redact removes credentials from a URL before it is shown.
-func Redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
-	}
-	if _, hasPassword := u.User.Password(); !hasPassword && u.Scheme == "ssh" {
-		// ssh://git@host: a user name, not a secret.
-		return raw
-	}
-	u.User = nil
-	return u.String()
-}
