@@ -131,7 +131,7 @@ func (v *Verifier) Middleware(next http.Handler) http.Handler {
 		if err := v.Verify(r.TLS.PeerCertificates); err != nil {
 			// Logged so a missing API server client certificate is found, not only attacks.
 			logf.FromContext(r.Context()).Info("refused a caller without an accepted client certificate", "path", r.URL.Path, "remote", r.RemoteAddr, "reason", err.Error())
-			http.Error(w, "client not allowed: "+err.Error(), http.StatusForbidden)
+			http.Error(w, "client not allowed", http.StatusForbidden) // the reason (accepted names) is logged, not told to the caller
 			return
 		}
 		next.ServeHTTP(w, r)

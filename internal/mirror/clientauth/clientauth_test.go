@@ -1,6 +1,7 @@
 package clientauth
 
 import (
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -60,5 +61,13 @@ func TestVerify(t *testing.T) {
 	v.Middleware(http.NotFoundHandler()).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
 	if rec.Code != http.StatusForbidden {
 		t.Fatalf("a request without TLS: %d, want 403", rec.Code)
+	}
+	// A refused caller learns nothing about which names are accepted.
+	req := httptest.NewRequest(http.MethodPost, "/", nil)
+	req.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{parse(t, node)}}
+	rec = httptest.NewRecorder()
+	v.Middleware(http.NotFoundHandler()).ServeHTTP(rec, req)
+	if rec.Code != http.StatusForbidden || strings.Contains(rec.Body.String(), "kube-apiserver") {
+		t.Fatalf("a caller with another name: %d %q, want 403 naming nothing accepted", rec.Code, rec.Body.String())
 	}
 }
