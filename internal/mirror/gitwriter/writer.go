@@ -223,7 +223,7 @@ func New(cfg Config) *Writer {
 	if cfg.MaxFetchObjectBytes <= 0 {
 		cfg.MaxFetchObjectBytes = DefaultMaxFetchObjectBytes
 	}
-	return &Writer{cfg: cfg, in: make(chan Op, 4096), name: Redact(cfg.URL) + "#" + cfg.Branch, remote: newRemote(cfg), commands: make(chan commandRequest), stopped: make(chan struct{}),
+	return &Writer{cfg: cfg, in: make(chan Op, 4096), name: egress.Redact(cfg.URL) + "#" + cfg.Branch, remote: newRemote(cfg), commands: make(chan commandRequest), stopped: make(chan struct{}),
 		queuedBytes: semaphore.NewWeighted(cfg.MaxQueuedBytes)}
 }
 
