@@ -316,7 +316,6 @@ func sideband(l *capability.List, r io.Reader) io.Reader {
 	return r
 }
 
-
 func short(sha string) string {
 	if len(sha) > 7 {
 		return sha[:7]

@@ -299,4 +299,3 @@ func parseIP(host string) (netip.Addr, bool) {
 	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
 	return ip, err == nil
 }
-
