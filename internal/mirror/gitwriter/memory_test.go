@@ -93,8 +93,9 @@ func TestWriterMemoryBoundedWhileRemoteRejects(t *testing.T) {
 	const changes, objects = 600, 20
 	peak, w := rejectedPushLoad(t, changes, objects, 50)
 	// Per object: the pending content, its blob while a push is built, and the packed copy in
-	// flight; plus the 64 MiB input bound and some slack.
-	bound := uint64(objects*3*mib + 64*mib + 32*mib)
+	// flight; plus the 64 MiB input bound, go-git's 96 MiB object cache (filled by the fetch
+	// after a refused push; seen at +250 MiB under a loaded run) and some slack.
+	bound := uint64(objects*3*mib + 64*mib + 96*mib + 32*mib)
 	t.Logf("%d changes of 1 MiB over %d objects, pushes refused: peak live heap +%d MiB (bound %d MiB), pending %d",
 		changes, objects, peak/mib, bound/mib, w.Status().Pending)
 	if peak > bound {
