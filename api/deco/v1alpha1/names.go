@@ -11,6 +11,10 @@ const (
 	AnnotationContainer = "deco.sites/decofile-container"
 	// AnnotationReloadPort overrides the port the operator uses for a pod's reload endpoint.
 	AnnotationReloadPort = "deco.sites/reload-port"
+	// AnnotationReloadAcceptEncoding on a pod lists the request content codings its reload
+	// endpoint accepts ("br", "gzip", comma-separated, as an Accept-Encoding value), for runtimes
+	// that accept a compressed push body but do not advertise it on their answers.
+	AnnotationReloadAcceptEncoding = "deco.sites/reload-accept-encoding"
 	// AnnotationValkeyACL on a namespace opts it into a per-tenant Valkey ACL user.
 	AnnotationValkeyACL = "deco.sites/valkey-acl"
 	// AnnotationValkeyACLSync on a namespace forces a resync of its ACL user when its value changes.
