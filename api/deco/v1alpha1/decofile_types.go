@@ -329,3 +329,8 @@ func RolloutID(status *DecofileStatus) string {
 	}
 	return "timestamp:" + strconv.FormatInt(status.Timestamp, 10)
 }
+	// LastHandledReconcileAt is the value of the deco.sites/reconcile-requested-at annotation
+	// the delivery controller handled last: once it equals the annotation, the source was
+	// re-resolved and this status describes the result.
+	// +optional
+	LastHandledReconcileAt string `json:"lastHandledReconcileAt,omitempty"`

@@ -23,6 +23,10 @@ const (
 	AnnotationValkeyACLInject = "deco.sites/valkey-acl-inject"
 	// AnnotationValkeyACLRotate on a namespace rotates the tenant password when its value changes.
 	AnnotationValkeyACLRotate = "deco.sites/valkey-acl-rotate"
+	// AnnotationReconcileRequestedAt on a Decofile asks for an immediate re-resolve of its source
+	// when its value changes (any string, by convention an RFC 3339 time, as Flux's
+	// reconcile.fluxcd.io/requestedAt); the value handled last is status.lastHandledReconcileAt.
+	AnnotationReconcileRequestedAt = "deco.sites/reconcile-requested-at"
 
 	// LabelDecofile on a pod names the Decofile it was injected with.
 	LabelDecofile = "deco.sites/decofile"
