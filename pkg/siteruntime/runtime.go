@@ -56,6 +56,11 @@ type Options struct {
 	MaxBodyBytes int64
 	// HTTPClient fetches an https:// Release (default http.DefaultClient).
 	HTTPClient *http.Client
+	// Validate, when set, is the site's own check of new content, after the runtime's (see
+	// Validate): content it refuses is not loaded, and the reload answers 422.
+	Validate func(decofile []byte) error
+	// Healthy, when set, is asked by GET /.decofile/health; an error answers 503.
+	Healthy func() error
 }
 
 // OptionsFromEnv reads DECO_RELEASE, DECO_ALLOWED_AUTHORITIES and DECO_RELEASE_RELOAD_TOKEN.
@@ -111,6 +116,9 @@ func New(ctx context.Context, o Options) (*Runtime, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := r.check(data); err != nil {
+			return nil, fmt.Errorf("load %s: %w", o.Release, err)
+		}
 		snap.Decofile = data
 		snap.Timestamp = r.siblingTimestamp()
 	}
@@ -159,12 +167,13 @@ func hashOf(data []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Handler serves POST and GET /.decofile/reload and GET /.decofile.
+// Handler serves POST and GET /.decofile/reload, GET /.decofile and GET /.decofile/health.
 func (r *Runtime) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+decov1alpha1.ReloadPath, r.handlePush)
 	mux.HandleFunc("GET "+decov1alpha1.ReloadPath, r.handleLongPoll)
 	mux.HandleFunc("GET "+InfoPath, r.handleInfo)
+	mux.HandleFunc("GET "+HealthPath, r.handleHealth)
 	return mux
 }
 
@@ -182,7 +191,12 @@ func (r *Runtime) authorized(req *http.Request) bool {
 	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
 }
 
+// reloadReply answers a reload. Loaded reports that the content was accepted (the operator
+// treats {"loaded":false} or a 422 as a pod that could not load it); Applied that it is now
+// served (false for an update older than the one served). Loaded comes first so that a reader
+// of only the start of the answer sees it.
 type reloadReply struct {
+	Loaded      bool   `json:"loaded"`
 	Applied     bool   `json:"applied"`
 	Timestamp   int64  `json:"timestamp"`
 	ContentHash string `json:"contentHash"`
@@ -234,8 +248,12 @@ func (r *Runtime) handlePush(w http.ResponseWriter, req *http.Request) {
 		writeError(w, http.StatusBadRequest, "decofile: %v", err)
 		return
 	}
+	if err := r.check(body.Decofile); err != nil {
+		writeJSON(w, http.StatusUnprocessableEntity, reloadReply{Loaded: false, Timestamp: r.Current().Timestamp, ContentHash: r.Current().Hash, Message: err.Error()})
+		return
+	}
 	snap, applied := r.Apply(ts, body.Decofile, SourceOperator)
-	reply := reloadReply{Applied: applied, Timestamp: snap.Timestamp, ContentHash: snap.Hash}
+	reply := reloadReply{Loaded: true, Applied: applied, Timestamp: snap.Timestamp, ContentHash: snap.Hash}
 	if !applied {
 		reply.Message = fmt.Sprintf("ignored: timestamp %d is older than the served %d", ts, snap.Timestamp)
 	}
@@ -288,8 +306,12 @@ func (r *Runtime) handleLongPoll(w http.ResponseWriter, req *http.Request) {
 				writeError(w, http.StatusInternalServerError, "timestamp %d reached but reloading failed: %v", ts, err)
 				return
 			}
+			if err := r.check(data); err != nil {
+				writeJSON(w, http.StatusUnprocessableEntity, reloadReply{Loaded: false, Timestamp: r.Current().Timestamp, ContentHash: r.Current().Hash, Message: err.Error()})
+				return
+			}
 			snap, _ := r.Apply(ts, data, SourceLongPoll)
-			writeJSON(w, http.StatusOK, reloadReply{Applied: snap.Timestamp == ts, Timestamp: snap.Timestamp, ContentHash: snap.Hash})
+			writeJSON(w, http.StatusOK, reloadReply{Loaded: true, Applied: snap.Timestamp == ts, Timestamp: snap.Timestamp, ContentHash: snap.Hash})
 			return
 		}
 		select {
