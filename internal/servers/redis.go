@@ -143,9 +143,11 @@ type SentinelSetOptions struct {
 	DownAfter time.Duration
 	// Password for the data nodes' default user, also given to the Sentinels.
 	Password string
+	// Host every server of the set binds and is announced at; default 127.0.0.1.
+	Host string
 }
 
-// StartSentinelSet starts a master, its replicas and Sentinels on 127.0.0.1, and waits until every
+// StartSentinelSet starts a master, its replicas and Sentinels on o.Host, and waits until every
 // Sentinel knows the master and the replicas are in sync.
 func StartSentinelSet(ctx context.Context, o SentinelSetOptions) (*SentinelSet, error) {
 	if o.Replicas == 0 {
@@ -160,16 +162,19 @@ func StartSentinelSet(ctx context.Context, o SentinelSetOptions) (*SentinelSet, 
 	if o.DownAfter == 0 {
 		o.DownAfter = time.Second
 	}
+	if o.Host == "" {
+		o.Host = "127.0.0.1"
+	}
 	set := &SentinelSet{MasterName: o.MasterName}
 	fail := func(err error) (*SentinelSet, error) { set.Stop(); return nil, err }
 
-	master, err := StartRedis(ctx, RedisOptions{Dir: filepath.Join(o.Dir, "master"), Password: o.Password})
+	master, err := StartRedis(ctx, RedisOptions{Dir: filepath.Join(o.Dir, "master"), Host: o.Host, Password: o.Password})
 	if err != nil {
 		return fail(err)
 	}
 	set.Master = master
 	for i := 0; i < o.Replicas; i++ {
-		r, err := StartRedis(ctx, RedisOptions{Dir: filepath.Join(o.Dir, "replica-"+strconv.Itoa(i)), ReplicaOf: master.Addr, Password: o.Password})
+		r, err := StartRedis(ctx, RedisOptions{Dir: filepath.Join(o.Dir, "replica-"+strconv.Itoa(i)), Host: o.Host, ReplicaOf: master.Addr, Password: o.Password})
 		if err != nil {
 			return fail(err)
 		}
@@ -185,7 +190,7 @@ func StartSentinelSet(ctx context.Context, o SentinelSetOptions) (*SentinelSet, 
 		return fail(err)
 	}
 	for i := 0; i < o.Sentinels; i++ {
-		port, err := FreePort("127.0.0.1")
+		port, err := FreePort(o.Host)
 		if err != nil {
 			return fail(err)
 		}
@@ -197,7 +202,7 @@ func StartSentinelSet(ctx context.Context, o SentinelSetOptions) (*SentinelSet, 
 			return fail(err)
 		}
 		lines := []string{
-			"bind 127.0.0.1",
+			"bind " + o.Host,
 			"port " + strconv.Itoa(port),
 			"daemonize no",
 			"protected-mode no",
@@ -214,7 +219,7 @@ func StartSentinelSet(ctx context.Context, o SentinelSetOptions) (*SentinelSet, 
 		if err := os.WriteFile(conf, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 			return fail(fmt.Errorf("write sentinel config: %w", err))
 		}
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		addr := net.JoinHostPort(o.Host, strconv.Itoa(port))
 		p := newProcess("sentinel-"+strconv.Itoa(port), addr, dir, bin, conf)
 		if err := p.start(ctx, 15*time.Second, func(ctx context.Context) error { return sentinelKnowsMaster(ctx, addr, o.MasterName, o.Replicas) }); err != nil {
 			return fail(err)
