@@ -1,0 +1,87 @@
+package gitwriter
+
+import (
+	"context"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// OpKind says what an Op does.
+type OpKind int
+
+// Op kinds.
+const (
+	// OpUpsert writes Change.Content to Change.Path.
+	OpUpsert OpKind = iota
+	// OpDelete removes Change.Path.
+	OpDelete
+	// OpMark carries only a cursor: an event that changes no file (skipped, bookmark).
+	OpMark
+	// OpSweep removes every file under SweepDir whose path is not in Keep (mark-and-sweep after a
+	// full replay).
+	OpSweep
+)
+
+// Signature is a git identity.
+type Signature struct {
+	Name  string
+	Email string
+}
+
+// Cursor names the watch position an Op was produced at.
+type Cursor struct {
+	// TargetUID is the GitTarget's UID.
+	TargetUID string
+	// GVR is the watched resource.
+	GVR schema.GroupVersionResource
+	// Namespace is the watched namespace; empty for the cluster scope.
+	Namespace string
+	// RV is the resourceVersion of the event; empty means the op moves no cursor.
+	RV string
+}
+
+// Change is one file write or removal.
+type Change struct {
+	// Path of the file in the repository.
+	Path string
+	// Content of the file; unused for deletes.
+	Content []byte
+	// Ref names the object in commit messages: <apiVersion>/<resource>/<namespace>/<name>.
+	Ref string
+	// Author made the change; nil means the committer. Per-event author resolution sets it.
+	Author *Signature
+	// Received is when the watch event arrived, for the event→pushed latency.
+	Received time.Time
+}
+
+// Op is one unit of work for the writer, applied in the order received.
+type Op struct {
+	Kind OpKind
+	// Target is the UID of the GitTarget the op belongs to; a Command claims only its own
+	// target's ops. Unlike Cursor it is always set (an op may be handed over without a cursor).
+	Target string
+	Change Change
+	// SweepDir, Keep and SweepRefPrefix describe an OpSweep: Keep holds full file paths; a
+	// removed file's commit line is SweepRefPrefix + its name.
+	SweepDir       string
+	Keep           map[string]struct{}
+	SweepRefPrefix string
+	// Cursor is recorded once this op is pushed.
+	Cursor Cursor
+}
+
+// CursorRecorder stores watch cursors durably (the Redis store).
+type CursorRecorder interface {
+	RecordWatchCursor(ctx context.Context, gitTargetUID string, gvr schema.GroupVersionResource, namespace, rv string) error
+}
+
+// Pushed describes one change that reached the remote, for observers.
+type Pushed struct {
+	Path     string
+	Cursor   Cursor
+	Received time.Time
+	PushedAt time.Time
+	Commit   plumbing.Hash
+}
