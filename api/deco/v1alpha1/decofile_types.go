@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // SourceType says where a Decofile's content comes from.
@@ -116,6 +117,50 @@ type TanStackKVTarget struct {
 	SiteOrigin string `json:"siteOrigin,omitempty"`
 }
 
+// RolloutSpec makes the notification of running pods progressive: a few pods first, a health
+// check, then more, and an automatic rollback when a step fails. Without it every pod is
+// notified at once and a failed rollout is retried until it succeeds.
+type RolloutSpec struct {
+	// Steps are how many pods have the new content after each step: a count of pods (1) or a
+	// percentage of the Decofile's running pods ("10%", rounded up, at least one pod). Counts come
+	// first, then percentages, each strictly increasing; a last step below "100%" is followed by
+	// one for every pod.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=10
+	// +kubebuilder:validation:XValidation:rule="self.all(s, type(s) == int ? (s >= 1 && s <= 100000) : (string(s).matches('^[0-9]{1,3}%$') && int(string(s).replace('%', '')) >= 1 && int(string(s).replace('%', '')) <= 100))",message="each step is a pod count of at least 1 or a percentage from 1% to 100%"
+	// +kubebuilder:validation:XValidation:rule="self.all(s, self.indexOf(s) == self.lastIndexOf(s)) && self.filter(s, type(s) == int).map(s, int(s)).isSorted()",message="steps must be strictly increasing"
+	// +kubebuilder:validation:XValidation:rule="!self.exists(s, type(s) != int) || !self.exists(s, type(s) == int) || self.filter(s, type(s) == int).all(c, self.indexOf(c) < self.indexOf(self.filter(s, type(s) != int)[0]))",message="pod counts must come before percentages"
+	// +kubebuilder:validation:XValidation:rule="self.filter(s, type(s) != int).map(s, int(string(s).replace('%', ''))).isSorted()",message="steps must be strictly increasing"
+	Steps []intstr.IntOrString `json:"steps"`
+	// Pause is how long the pods of a step run the new content before the health check and the
+	// next step. At most 10m.
+	// +kubebuilder:default="30s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('10m')",message="spec.rollout.pause must be between 0s and 10m"
+	// +optional
+	Pause *metav1.Duration `json:"pause,omitempty"`
+	// Check, when set, is also asked of every updated pod after each step.
+	// +optional
+	Check *RolloutCheck `json:"check,omitempty"`
+}
+
+// RolloutCheck is an HTTP GET the operator sends to each updated pod, on the pod's IP and reload
+// port: only the path is configurable, so it can never point the operator elsewhere.
+type RolloutCheck struct {
+	// Path on the pod, e.g. /_healthz: a path only (no scheme, host, port or query), asked on
+	// the pod's own IP and reload port.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^/[A-Za-z0-9._~!$&'()*+,;=:%/-]*$`
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('//') && !self.matches('(^|/)\\.\\.?(/|$)')",message="spec.rollout.check.path must be an absolute path on the pod without '.' or '..' segments and not start with //"
+	Path string `json:"path"`
+	// ExpectedStatus is the HTTP status a healthy pod answers (default 200).
+	// +kubebuilder:default=200
+	// +kubebuilder:validation:Minimum=200
+	// +kubebuilder:validation:Maximum=599
+	// +optional
+	ExpectedStatus int32 `json:"expectedStatus,omitempty"`
+}
+
 // DecofileSpec is the desired content of a site's Decofile and how it is delivered.
 // +kubebuilder:validation:XValidation:rule="(self.source == 'inline') == has(self.inline) && (self.source == 'github') == has(self.github) && (self.source == 'git') == has(self.git)",message="exactly the block named by spec.source (inline, github or git) must be set"
 // +kubebuilder:validation:XValidation:rule="!has(self.target) || self.target != 'tanstack-kv' || (has(self.tanstackKV) && self.source == 'github')",message="spec.target tanstack-kv needs spec.tanstackKV and spec.source github"
@@ -157,6 +202,10 @@ type DecofileSpec struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s')",message="spec.interval must be at least 10s"
 	// +optional
 	Interval *metav1.Duration `json:"interval,omitempty"`
+	// Rollout makes the notification of running pods progressive, with health checks and an
+	// automatic rollback. Unset: every pod is notified at once.
+	// +optional
+	Rollout *RolloutSpec `json:"rollout,omitempty"`
 }
 
 // RolloutStatus summarises the notification of running pods for one content version.
@@ -177,6 +226,53 @@ type RolloutStatus struct {
 	// FinishedAt is when the rollout ended, successfully or not.
 	// +optional
 	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+	// Step is the step of a progressive rollout (spec.rollout) being notified or checked, from 1.
+	// +optional
+	Step int32 `json:"step,omitempty"`
+	// Steps is the number of steps of this rollout.
+	// +optional
+	Steps int32 `json:"steps,omitempty"`
+	// Updated pods were sent this version by the steps so far.
+	// +optional
+	Updated int32 `json:"updated,omitempty"`
+	// Phase of a progressive rollout: Notifying, Pausing, Checking, RollingBack, RolledBack,
+	// Succeeded or Failed.
+	// +optional
+	Phase string `json:"phase,omitempty"`
+	// FailedHash is the contentHash a failed step rolled back. That content is not stored or
+	// rolled out again until the source changes.
+	// +optional
+	FailedHash string `json:"failedHash,omitempty"`
+	// FailedID names the rolled-back version (commit:<sha> or timestamp:<ts>).
+	// +optional
+	FailedID string `json:"failedID,omitempty"`
+	// FailedCommit is the commit of the rolled-back version (git and github sources): resolving
+	// to it again does not even download it.
+	// +optional
+	FailedCommit string `json:"failedCommit,omitempty"`
+}
+
+// StoredContent describes a content version as it was stored: the last one every pod confirmed
+// under a progressive rollout, kept (in the ConfigMap decofile-<name>-last-good) for a rollback.
+type StoredContent struct {
+	// ContentHash is the SHA-256 (hex) of the merged JSON.
+	ContentHash string `json:"contentHash"`
+	// StoredHash is the SHA-256 (hex) of the stored value kept.
+	StoredHash string `json:"storedHash"`
+	// Format of the stored value: json or bin.
+	Format Format `json:"format"`
+	// Timestamp the content was stored with.
+	Timestamp int64 `json:"timestamp"`
+	// RawBytes is the size of the merged JSON.
+	RawBytes int64 `json:"rawBytes"`
+	// StoredBytes is the size of the stored value.
+	StoredBytes int64 `json:"storedBytes"`
+	// SourceType the content came from.
+	// +optional
+	SourceType SourceType `json:"sourceType,omitempty"`
+	// GitHubCommit the content was read from (git and github sources).
+	// +optional
+	GitHubCommit string `json:"githubCommit,omitempty"`
 }
 
 // DecofileStatus is the observed state of a Decofile.
@@ -240,6 +336,14 @@ type DecofileStatus struct {
 	// Rollout summarises the latest notification of running pods.
 	// +optional
 	Rollout *RolloutStatus `json:"rollout,omitempty"`
+	// LastHandledReconcileAt is the value of the deco.sites/reconcile-requested-at annotation
+	// the delivery controller handled last: once it equals the annotation, the source was
+	// re-resolved and this status describes the result.
+	// +optional
+	LastHandledReconcileAt string `json:"lastHandledReconcileAt,omitempty"`
+	// LastGood is the last content every pod confirmed under spec.rollout, kept for a rollback.
+	// +optional
+	LastGood *StoredContent `json:"lastGood,omitempty"`
 }
 
 // Decofile is the configuration of one Deco site, delivered to its pods.
@@ -258,6 +362,8 @@ type DecofileStatus struct {
 // +kubebuilder:printcolumn:name="Size",type=integer,JSONPath=`.status.storedBytes`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Notified",type=string,priority=1,JSONPath=`.status.conditions[?(@.type=="PodsNotified")].status`
+// +kubebuilder:printcolumn:name="Step",type=integer,priority=1,JSONPath=`.status.rollout.step`
+// +kubebuilder:printcolumn:name="Rollout",type=string,priority=1,JSONPath=`.status.rollout.phase`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Decofile struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -329,8 +435,3 @@ func RolloutID(status *DecofileStatus) string {
 	}
 	return "timestamp:" + strconv.FormatInt(status.Timestamp, 10)
 }
-	// LastHandledReconcileAt is the value of the deco.sites/reconcile-requested-at annotation
-	// the delivery controller handled last: once it equals the annotation, the source was
-	// re-resolved and this status describes the result.
-	// +optional
-	LastHandledReconcileAt string `json:"lastHandledReconcileAt,omitempty"`
