@@ -1,0 +1,35 @@
+package push
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Results of a delivery, the result label of siteops_decofile_push_events_total.
+const (
+	ResultTriggered    = "triggered"    // Decofiles follow the ref and were asked to reconcile
+	ResultUnmatched    = "unmatched"    // no Decofile follows the ref
+	ResultPing         = "ping"         // a ping (GitHub, Gitea) was answered
+	ResultIgnored      = "ignored"      // another event type
+	ResultDuplicate    = "duplicate"    // a delivery seen before
+	ResultUnauthorized = "unauthorized" // signature or token missing or wrong (401)
+	ResultTooLarge     = "too_large"    // body over the limit (413)
+	ResultRateLimited  = "rate_limited" // over the rate or concurrency bound (429)
+	ResultBadRequest   = "bad_request"  // not a push event siteops understands (400)
+	ResultError        = "error"        // the event could not be passed on (503)
+)
+
+var (
+	eventsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "siteops_decofile_push_events_total",
+		Help: "Push events received, by provider (github, gitea, gitlab) and result; result unauthorized counts deliveries with a missing or wrong signature.",
+	}, []string{"provider", "result"})
+	triggeredTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "siteops_decofile_push_reconciles_total",
+		Help: "Decofile reconciles asked for by push events.",
+	})
+)
+
+func init() { crmetrics.Registry.MustRegister(eventsTotal, triggeredTotal) }
+
+func count(provider, result string) { eventsTotal.WithLabelValues(provider, result).Inc() }
