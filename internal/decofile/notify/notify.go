@@ -440,7 +440,9 @@ func (n *Notifier) send(ctx context.Context, r Rollout, src bodySource, pod Pod)
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, MaxExcerptBytes))
 	switch code := resp.StatusCode; {
 	case code == http.StatusOK:
-		return code, nil
+		return code, loadedReport(snippet)
+	case code == http.StatusUnprocessableEntity:
+		return code, permanentError{fmt.Errorf("HTTP %d: the pod could not load the content%s", code, Excerpt(snippet))}
 	case code >= 300 && code < 400:
 		return code, permanentError{fmt.Errorf("HTTP %d: the pod answered with a redirect, which is not followed; its %s must answer the reload itself",
 			code, decov1alpha1.ReloadPath)}
