@@ -25,29 +25,53 @@ type TokenPolicy struct {
 	Grants map[string][]string
 	// Namespaces reads a namespace's annotations; nil means only Grants are consulted.
 	Namespaces func(ctx context.Context, namespace string) (map[string]string, error)
+	// App mints installation tokens scoped to one repository (the operator's GitHub App). It
+	// is the platform's credential like Fallback and lent the same way (AllowedOrgs and the
+	// namespace's grant); it is asked first, and Fallback is used where the app is not
+	// installed.
+	App AppTokens
+}
+
+// AppTokens returns a token that reads org/repo only, "" when it has none for it.
+type AppTokens interface {
+	Token(ctx context.Context, org, repo string) (string, error)
 }
 
 // Token origins returned by TokenPolicy.Choose.
 const (
 	TokenFromSecret   = "secret"
 	TokenFromFallback = "fallback"
+	TokenFromApp      = "app"
 	TokenNone         = "none"
 )
 
 // Choose returns the token a Decofile of namespace uses for org/repo: its own secretToken when it
-// has one, else the fallback when org is allowed and the platform granted namespace that
-// repository, else none. The fallback is never lent further: one tenant cannot read another's
-// private repository, nor any repository the operator's token happens to reach.
+// has one, else (when org is allowed and the platform granted namespace that repository) a
+// token of the operator's GitHub App for that one repository or the fallback, else none. The
+// operator's credentials are never lent further: one tenant cannot read another's private
+// repository, nor any repository the operator's token or app happens to reach.
 func (p TokenPolicy) Choose(ctx context.Context, namespace, org, repo, secretToken string) (token, from string, err error) {
 	if secretToken != "" {
 		return secretToken, TokenFromSecret, nil
 	}
-	if p.Fallback == "" || !p.Allows(org) {
+	if (p.Fallback == "" && p.App == nil) || !p.Allows(org) {
 		return "", TokenNone, nil
 	}
 	granted, err := p.Granted(ctx, namespace, org, repo)
 	if err != nil || !granted {
 		return "", TokenNone, err
+	}
+	if p.App != nil {
+		token, err := p.App.Token(ctx, org, repo)
+		if err != nil {
+			return "", TokenNone, err
+		}
+		if token != "" {
+			return token, TokenFromApp, nil
+		}
+	}
+	if p.Fallback == "" {
+		return "", TokenNone, nil
 	}
 	return p.Fallback, TokenFromFallback, nil
 }

@@ -1,6 +1,7 @@
 // Package ghtest serves GitHub's commits API and ZIP archive endpoints from a real local HTTP
 // server, for tests of the GitHub source: repositories with branches and commits, private
-// repositories that need a token, injected failures, and request counters.
+// repositories that need a token, a GitHub App whose JWTs are verified and whose installation
+// tokens are scoped and expire, injected failures, and request counters.
 package ghtest
 
 import (
@@ -21,6 +22,10 @@ import (
 const (
 	KindResolve = "resolve"
 	KindArchive = "archive"
+	// KindAppInstallation and KindAppToken are the GitHub App's installation look-ups and
+	// installation token requests.
+	KindAppInstallation = "app-installation"
+	KindAppToken        = "app-token"
 )
 
 // Server is a local stand-in for GitHub's API (APIURL) and archive host (ArchiveURL).
@@ -36,6 +41,7 @@ type Server struct {
 	counts   map[string]int
 	auth     map[string][]string
 	failures map[string][]int
+	app      *app
 }
 
 type repo struct {
@@ -146,6 +152,9 @@ func (s *Server) serve(w http.ResponseWriter, req *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
+	if s.serveApp(w, req, parts) {
+		return
+	}
 	var kind, org, name, ref string
 	switch {
 	case len(parts) == 6 && parts[0] == "api" && parts[1] == "repos" && parts[4] == "commits":
@@ -168,7 +177,7 @@ func (s *Server) serve(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	r := s.repos[org+"/"+name]
-	if r == nil || (r.token != "" && req.Header.Get("Authorization") != "token "+r.token) {
+	if r == nil || (r.token != "" && req.Header.Get("Authorization") != "token "+r.token && !s.appTokenReads(req.Header.Get("Authorization"), org, name)) {
 		http.Error(w, `{"message":"Not Found"}`, http.StatusNotFound)
 		return
 	}
