@@ -33,14 +33,21 @@ type S3Config struct {
 	PublicHost string
 	// Prefix is the key prefix passed to Decofile.S3ObjectKey, shared with the uploader.
 	Prefix string
+	// Scheme of the object URL: https when empty; http only for a local development server.
+	Scheme string
 }
 
-// ObjectURL is the https URL of the Decofile's object, or "" when S3 is not configured.
+// ObjectURL is the URL (https unless Scheme says otherwise) of the Decofile's object, or ""
+// when S3 is not configured.
 func (c S3Config) ObjectURL(d *decov1.Decofile) string {
 	if c.PublicHost == "" {
 		return ""
 	}
-	u := url.URL{Scheme: "https", Host: c.PublicHost, Path: "/" + d.S3ObjectKey(c.Prefix)}
+	scheme := c.Scheme
+	if scheme == "" {
+		scheme = "https"
+	}
+	u := url.URL{Scheme: scheme, Host: c.PublicHost, Path: "/" + d.S3ObjectKey(c.Prefix)}
 	return u.String()
 }
 

@@ -69,6 +69,11 @@ type Config struct {
 	// bucket at its root (a CDN, virtual-hosted S3), "host[:port]/path" when it serves it below
 	// a path (path-style S3: host/<bucket>). Empty derives it from Bucket, Region and Endpoint.
 	PublicHost string
+	// PublicScheme is how pods fetch objects from PublicHost: "https" when empty, or "http" for
+	// a local S3-compatible server that speaks plain HTTP on a development machine (`siteops dev
+	// up` sets it). Not a flag: in a cluster the object is the site's configuration, and pods
+	// load it over https only.
+	PublicScheme string
 	// DeleteOnFinalize adds a finalizer to s3-target Decofiles that deletes their object.
 	DeleteOnFinalize bool
 	// HTTPClient talks to S3 (nil: the SDK's default); not a flag. With AWS_CA_BUNDLE set the SDK
@@ -132,6 +137,9 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("--s3-public-host %q: want host[:port][/path]", h))
 		}
 	}
+	if c.PublicScheme != "" && c.PublicScheme != "https" && c.PublicScheme != "http" {
+		errs = append(errs, fmt.Errorf("s3 target public scheme %q: want https or http", c.PublicScheme))
+	}
 	return errors.Join(errs...)
 }
 
@@ -153,7 +161,7 @@ func (c Config) Webhook(region string) inject.S3Config {
 	if p := strings.Trim(c.Prefix, "/"); p != "" {
 		prefix = strings.Trim(prefix+"/"+p, "/")
 	}
-	return inject.S3Config{PublicHost: host, Prefix: prefix}
+	return inject.S3Config{PublicHost: host, Prefix: prefix, Scheme: c.PublicScheme}
 }
 
 // defaultPublicHost is the bucket's own address: AWS's virtual-hosted name, or the endpoint's

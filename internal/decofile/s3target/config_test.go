@@ -39,6 +39,7 @@ func TestWebhookURLMatchesUploadKey(t *testing.T) {
 		"path-style endpoint":   {s3target.Config{Bucket: "b", Endpoint: "http://127.0.0.1:9000", PathStyle: true, Prefix: "p"}, "https://127.0.0.1:9000/b/", "p/sites-shop/shop-prod/decofile.json"},
 		"virtual-host endpoint": {s3target.Config{Bucket: "b", Endpoint: "https://s3.example.net"}, "https://b.s3.example.net/", "sites-shop/shop-prod/decofile.json"},
 		"public host with path": {s3target.Config{Bucket: "b", PublicHost: "cdn.example.com:8443/b/", Prefix: "x"}, "https://cdn.example.com:8443/b/", "x/sites-shop/shop-prod/decofile.json"},
+		"plain-http dev server": {s3target.Config{Bucket: "b", Endpoint: "http://10.244.20.1:9000", PathStyle: true, PublicScheme: "http"}, "http://10.244.20.1:9000/b/", "sites-shop/shop-prod/decofile.json"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			store, err := s3target.New(context.Background(), tc.cfg)
@@ -56,7 +57,7 @@ func TestWebhookURLMatchesUploadKey(t *testing.T) {
 			if got := store.URL(df); got != w.ObjectURL(df) {
 				t.Fatalf("status URL %q differs from the webhook's %q", got, w.ObjectURL(df))
 			}
-			if host := strings.TrimPrefix(tc.base, "https://"); !strings.HasPrefix(host, w.PublicHost+"/") {
+			if _, host, _ := strings.Cut(tc.base, "://"); !strings.HasPrefix(host, w.PublicHost+"/") {
 				t.Fatalf("public host %q, want the host of %q", w.PublicHost, tc.base)
 			}
 		})
@@ -86,6 +87,7 @@ func TestFlagsEnvAndValidate(t *testing.T) {
 		"endpoint not a URL":       {Bucket: "b", Endpoint: "127.0.0.1:9000"},
 		"public host with scheme":  {Bucket: "b", PublicHost: "https://cdn.example.com"},
 		"finalizer without bucket": {DeleteOnFinalize: true},
+		"unknown public scheme":    {Bucket: "b", PublicScheme: "ftp"},
 	} {
 		if bad.Validate() == nil {
 			t.Errorf("%s: accepted %+v", name, bad)
