@@ -121,17 +121,27 @@ func (w *Writer) build(base plumbing.Hash, ops []Op, cmd *Command) (plumbing.Has
 		msg := message(applied)
 		claimed := cmd.claims(*applied[0].ops[0], w.cfg.Committer)
 		if claimed {
-			author, msg = cmd.author(w.cfg.Committer), cmd.message()
+			author, msg = cmd.author(w.cfg.Committer), bodyText(cmd.message())
+		}
+		var made []*Op
+		for _, a := range applied {
+			made = append(made, a.ops...)
 		}
 		now := time.Now()
 		commit := &object.Commit{
 			Author:    object.Signature{Name: author.Name, Email: author.Email, When: now},
 			Committer: object.Signature{Name: w.cfg.Committer.Name, Email: w.cfg.Committer.Email, When: now},
-			Message:   msg,
+			Message:   withTrailers(msg, w.trailers(made)),
 			TreeHash:  tree,
 		}
 		if !parent.IsZero() {
 			commit.ParentHashes = []plumbing.Hash{parent}
+		}
+		if w.cfg.Signer != nil {
+			// Nothing is committed unsigned: a failure keeps the batch pending.
+			if err := signCommit(w.cfg.Signer, commit); err != nil {
+				return base, nil, nil, fmt.Errorf("with the GitProvider's signing key: %w", err)
+			}
 		}
 		obj := s.NewEncodedObject()
 		if err := commit.Encode(obj); err != nil {
@@ -155,7 +165,8 @@ func (w *Writer) build(base plumbing.Hash, ops []Op, cmd *Command) (plumbing.Has
 }
 
 // groups splits ops into the commits they make: one per change when the window is 0, else one
-// per run of consecutive changes by the same author (so per-event authors keep their order).
+// per run of consecutive changes by the same author with the same attribution result (so
+// per-event authors keep their order).
 func (w *Writer) groups(ops []Op, cmd *Command) [][]Op {
 	var out [][]Op
 	start := 0
@@ -180,7 +191,9 @@ func (w *Writer) splitBefore(prev, next Op, cmd *Command) bool {
 	if w.cfg.Window == 0 {
 		return true
 	}
-	return authorOf(prev, w.cfg.Committer) != authorOf(next, w.cfg.Committer)
+	// One author and one attribution result per commit, so its Attribution trailer covers
+	// every change in it.
+	return authorOf(prev, w.cfg.Committer) != authorOf(next, w.cfg.Committer) || attributionOf(prev) != attributionOf(next)
 }
 
 func authorOf(op Op, committer Signature) Signature {

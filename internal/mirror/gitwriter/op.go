@@ -54,6 +54,13 @@ type Change struct {
 	Author *Signature
 	// Received is when the watch event arrived, for the event→pushed latency.
 	Received time.Time
+	// AuditID is the API-server audit event the author was attributed from; empty when none.
+	// It becomes the commit's Audit-ID trailer.
+	AuditID string
+	// Attribution is the result of the author attribution (exact_user, weak, absent, …), the
+	// commit's Attribution trailer; empty when the change was not attributed (attribution off,
+	// a replayed object), which the trailer states as absent.
+	Attribution string
 }
 
 // Op is one unit of work for the writer, applied in the order received.

@@ -61,6 +61,14 @@ type Config struct {
 	// a small pack of highly compressed objects cannot fill it; default
 	// DefaultMaxFetchObjectBytes (FlagMaxFetchObjectBytes).
 	MaxFetchObjectBytes int64
+	// Signer signs every commit; nil makes unsigned commits. A commit that cannot be signed is
+	// not made: the batch stays pending.
+	Signer Signer
+	// Cluster names the cluster in every commit's Cluster trailer; empty leaves the trailer out.
+	Cluster string
+	// Unattributed authors the changes whose attribution found nothing (Change.Attribution is
+	// AttributionAbsent and Change.Author nil); nil leaves them to the committer.
+	Unattributed *Signature
 	// Cursors records the cursors of pushed ops; nil records nothing.
 	Cursors CursorRecorder
 	// OnPushed, when set, is called with every change of each successful push.
@@ -223,6 +231,10 @@ func (w *Writer) Run(ctx context.Context) error {
 
 	take := func(op Op) {
 		w.queuedBytes.Release(w.queuedWeight(op))
+		if op.Change.Author == nil && op.Change.Attribution == AttributionAbsent && w.cfg.Unattributed != nil {
+			// Named as unknown rather than passed off as the committer's own change.
+			op.Change.Author = w.cfg.Unattributed
+		}
 		now := time.Now()
 		if pending.len() == 0 {
 			// The window runs from the event's arrival, not from when the writer got to it (it may

@@ -153,7 +153,7 @@ func TestWriterBatchesDedupsDeletesAndRecordsCursorsAfterPush(t *testing.T) {
 	}
 	gitOut(t, bare, "config", "http.receivepack", "true")
 	waitCommits(t, bare, 2)
-	if msg := gitOut(t, "", "--git-dir", bare, "log", "-1", "--format=%B", "main"); msg != "[DELETE] v1/configmaps/ns/b" {
+	if msg := gitOut(t, "", "--git-dir", bare, "log", "-1", "--format=%B", "main"); msg != "[DELETE] v1/configmaps/ns/b\n\nAttribution: absent" {
 		t.Fatalf("delete commit = %q", msg)
 	}
 	if files := gitOut(t, "", "--git-dir", bare, "ls-tree", "-r", "--name-only", "main"); files != "m/ns/core/configmaps/a.yaml" {
@@ -329,7 +329,7 @@ func TestCloseWindowCommitsTheTargetWithMessageAndAuthor(t *testing.T) {
 	if err != nil || res.Author.Name != "Mirror" {
 		t.Fatalf("close = %+v, %v", res, err)
 	}
-	if got := gitOut(t, "", "--git-dir", bare, "log", "-1", "--format=%H|%an|%B", "main"); got != res.Commit+"|Mirror|by the committer" {
+	if got := gitOut(t, "", "--git-dir", bare, "log", "-1", "--format=%H|%an|%B", "main"); got != res.Commit+"|Mirror|by the committer\n\nAttribution: absent" {
 		t.Fatalf("last commit = %q", got)
 	}
 	if rec.get("t/configmaps/ns") != "9" {
