@@ -97,7 +97,7 @@ func TestCommitRequestWithoutWebhook(t *testing.T) {
 	if a == nil || a.Status != metav1.ConditionFalse || a.Reason != mirrorv1alpha1.ReasonCommitterFallback {
 		t.Fatalf("AuthorAttributed = %+v", a)
 	}
-	if got := f.git(t, "log", "-1", "--format=%H | %an <%ae> | %B", "main"); got != cr.Status.Commit+" | Mirror Bot <mirror@example.com> | Release 2" {
+	if got := f.git(t, "log", "-1", "--format=%H | %an <%ae> | %B", "main"); got != cr.Status.Commit+" | Mirror Bot <mirror@example.com> | Release 2\n\nAttribution: absent" {
 		t.Fatalf("commit = %q, status %+v", got, cr.Status)
 	}
 
@@ -242,7 +242,7 @@ func TestCommitRequestAfterAttributedChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	cr := waitRequest(t, f, "release", mirrorv1alpha1.ReasonPushed)
-	if got := f.git(t, "log", "-1", "--format=%H | %an | %B", "main"); got != cr.Status.Commit+" | dave | Release 3" {
+	if got := f.git(t, "log", "-1", "--format=%H | %an | %s | %(trailers:key=Attribution,valueonly)", "main"); got != cr.Status.Commit+" | dave | Release 3 | exact_user" {
 		t.Fatalf("commit = %q, status %+v", got, cr.Status)
 	}
 	if files := f.git(t, "show", "--format=", "--name-only", "main"); files != "site/"+f.ns+"/core/configmaps/app.yaml" {
