@@ -23,6 +23,11 @@ type GitRemoteOptions struct {
 	Host string
 	// Username and Password, when set, are required as HTTP basic auth on every request.
 	Username, Password string
+	// PushEventURL, when set, receives a push event after every push to a repository made by
+	// CreateRepo, in the form Gitea and Forgejo send (X-Gitea-Event: push, signed with
+	// PushEventSecret in X-Gitea-Signature), as a hosted git server's webhook would.
+	PushEventURL    string
+	PushEventSecret []byte
 }
 
 // GitRemote serves the bare repositories under Root with `git http-backend`, for clone, fetch
@@ -34,6 +39,7 @@ type GitRemote struct {
 	BaseURL string
 
 	server *http.Server
+	events pushEvents
 }
 
 // StartGitRemote starts the remote on a free port.
@@ -54,6 +60,10 @@ func StartGitRemote(ctx context.Context, o GitRemoteOptions) (*GitRemote, error)
 		Env:  []string{"GIT_PROJECT_ROOT=" + o.Root, "GIT_HTTP_EXPORT_ALL=1", "REMOTE_USER=siteops"},
 	}
 	var handler http.Handler = backend
+	r := &GitRemote{Root: o.Root, events: pushEvents{url: o.PushEventURL, secret: o.PushEventSecret}}
+	if o.PushEventURL != "" {
+		handler = r.announcePushes(handler)
+	}
 	if o.Username != "" || o.Password != "" {
 		handler = basicAuth(o.Username, o.Password, backend)
 	}
@@ -61,11 +71,8 @@ func StartGitRemote(ctx context.Context, o GitRemoteOptions) (*GitRemote, error)
 	if err != nil {
 		return nil, fmt.Errorf("listen for git remote: %w", err)
 	}
-	r := &GitRemote{
-		Root:    o.Root,
-		BaseURL: "http://" + l.Addr().String(),
-		server:  &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second},
-	}
+	r.BaseURL = "http://" + l.Addr().String()
+	r.server = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = r.server.Serve(l) }()
 	return r, nil
 }
@@ -94,6 +101,11 @@ func (r *GitRemote) CreateRepo(name, branch string) (string, error) {
 	}
 	if err := runGit(dir, "config", "http.receivepack", "true"); err != nil {
 		return "", err
+	}
+	if r.events.url != "" {
+		if err := installPushHook(dir); err != nil {
+			return "", err
+		}
 	}
 	return r.RepoURL(name), nil
 }
