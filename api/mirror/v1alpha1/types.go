@@ -38,6 +38,40 @@ type GitProviderSpec struct {
 	AllowedBranches []string `json:"allowedBranches,omitempty"`
 	// Committer names the identity of every commit.
 	Committer Committer `json:"committer"`
+	// Signing makes the mirror sign every commit it makes, with a key from a Secret in the
+	// provider's namespace. Without it commits are unsigned.
+	// +optional
+	Signing *CommitSigning `json:"signing,omitempty"`
+}
+
+// SigningFormat is the format of commit signatures, as git's gpg.format names it.
+// +kubebuilder:validation:Enum=SSH;OpenPGP
+type SigningFormat string
+
+// Signing formats.
+const (
+	// SigningSSH signs with an SSH private key (SSHSIG, namespace "git"): verify with
+	// gpg.format=ssh and gpg.ssh.allowedSignersFile.
+	SigningSSH SigningFormat = "SSH"
+	// SigningOpenPGP signs with an OpenPGP secret key: verify with the public key in gpg's keyring.
+	SigningOpenPGP SigningFormat = "OpenPGP"
+)
+
+// CommitSigning names the key the mirror signs commits with.
+type CommitSigning struct {
+	// Format is SSH or OpenPGP.
+	Format SigningFormat `json:"format"`
+	// SecretRef names a Secret in the provider's namespace holding the private key.
+	SecretRef corev1.LocalObjectReference `json:"secretRef"`
+	// Key is the Secret key holding the private key: an OpenSSH private key (SSH) or an
+	// armored OpenPGP secret key (OpenPGP).
+	// +kubebuilder:default=signingKey
+	// +kubebuilder:validation:MinLength=1
+	// +optional
+	Key string `json:"key,omitempty"`
+	// PassphraseKey, when set, is the Secret key holding the passphrase of an encrypted key.
+	// +optional
+	PassphraseKey string `json:"passphraseKey,omitempty"`
 }
 
 // GitProviderStatus is the observed state of a GitProvider.
@@ -45,7 +79,7 @@ type GitProviderStatus struct {
 	// ObservedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: Ready says the provider's credentials could be loaded.
+	// Conditions: Ready says the provider's credentials (and signing key, when set) could be loaded.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -57,6 +91,7 @@ type GitProviderStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:categories=siteops;mirror
 // +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.spec.url`
+// +kubebuilder:printcolumn:name="Signing",type=string,JSONPath=`.spec.signing.format`,priority=1
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
