@@ -235,6 +235,11 @@ func (r *GitTargetReconciler) desired(ctx context.Context, target *mirrorv1alpha
 	if err != nil {
 		return engine.TargetSpec{}, nil, err
 	}
+	// A provider that signs but whose key cannot be used runs no writer: nothing is committed unsigned.
+	signer, signingVersion, err := loadSigner(ctx, r.APIReader, &provider)
+	if err != nil {
+		return engine.TargetSpec{}, nil, err
+	}
 	window := DefaultCommitWindow
 	if target.Spec.CommitWindow != nil {
 		window = target.Spec.CommitWindow.Duration
@@ -252,6 +257,7 @@ func (r *GitTargetReconciler) desired(ctx context.Context, target *mirrorv1alpha
 			URL:   provider.Spec.URL, Branch: target.Spec.Branch, Auth: auth, AuthVersion: authVersion,
 			Committer: gitwriter.Signature{Name: provider.Spec.Committer.Name, Email: provider.Spec.Committer.Email},
 			Window:    window,
+			Signer:    signer, SigningVersion: signingVersion,
 		},
 	}
 	var excluded []mirrorv1alpha1.ExcludedResource

@@ -115,7 +115,8 @@ func (r *RuleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	return ctrl.Result{RequeueAfter: resyncInterval}, nil
 }
 
-// ProviderReconciler records whether a GitProvider's credentials load and its URL is allowed.
+// ProviderReconciler records whether a GitProvider's credentials and signing key load and its URL
+// is allowed.
 type ProviderReconciler struct {
 	Client    client.Client
 	APIReader client.Reader
@@ -140,6 +141,13 @@ func (r *ProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	old := p.DeepCopy()
 	ready := metav1.Condition{Type: mirrorv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "CredentialsLoaded", Message: "credentials are usable", ObservedGeneration: p.Generation}
 	if _, _, err := loadCredentials(ctx, r.APIReader, &p); err != nil {
+		var problem *targetProblem
+		if !errors.As(err, &problem) {
+			return ctrl.Result{}, err
+		}
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, problem.reason, problem.message
+	}
+	if _, _, err := loadSigner(ctx, r.APIReader, &p); err != nil {
 		var problem *targetProblem
 		if !errors.As(err, &problem) {
 			return ctrl.Result{}, err

@@ -44,6 +44,10 @@ type WriterSpec struct {
 	AuthVersion string
 	Committer   gitwriter.Signature
 	Window      time.Duration
+	// Signer signs every commit; nil makes unsigned commits. SigningVersion changes whenever
+	// the key or the signing settings do.
+	Signer         gitwriter.Signer
+	SigningVersion string
 }
 
 // StreamSpec is one watch of a target.
@@ -244,7 +248,7 @@ func (e *Engine) Apply(target types.NamespacedName, spec TargetSpec) error {
 }
 
 func sameWriter(a, b WriterSpec) bool {
-	return a.Owner == b.Owner && a.URL == b.URL && a.Branch == b.Branch && a.AuthVersion == b.AuthVersion && a.Committer == b.Committer && a.Window == b.Window
+	return a.Owner == b.Owner && a.URL == b.URL && a.Branch == b.Branch && a.AuthVersion == b.AuthVersion && a.Committer == b.Committer && a.Window == b.Window && a.SigningVersion == b.SigningVersion
 }
 
 // Remove stops the streams of target and releases its writer.
@@ -327,7 +331,7 @@ func (e *Engine) startWriter(key string, spec WriterSpec) *writerRun {
 }
 
 func (e *Engine) launchWriter(wr *writerRun) {
-	cfg := gitwriter.Config{URL: wr.spec.URL, Branch: wr.spec.Branch, Auth: wr.spec.Auth, Committer: wr.spec.Committer, Window: wr.spec.Window}
+	cfg := gitwriter.Config{URL: wr.spec.URL, Branch: wr.spec.Branch, Auth: wr.spec.Auth, Committer: wr.spec.Committer, Window: wr.spec.Window, Signer: wr.spec.Signer}
 	if e.cursors != nil {
 		cfg.Cursors = e.cursors
 	}
