@@ -72,6 +72,11 @@ type Options struct {
 	// GitMaxFetchObjectBytes bounds the inflated size of the objects one fetch stores in memory;
 	// 0 means gitwriter.DefaultMaxFetchObjectBytes.
 	GitMaxFetchObjectBytes int64
+	// ClusterName names this cluster in every commit's Cluster trailer; empty leaves it out.
+	ClusterName string
+	// UnattributedAuthor ("Name <email>") authors the changes author attribution found no audit
+	// fact for, instead of the GitProvider's committer; empty keeps the committer.
+	UnattributedAuthor string
 
 	flags *pflag.FlagSet
 }
@@ -116,6 +121,8 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.GitAllowPrivateNetworks, "git-allow-private-networks", o.GitAllowPrivateNetworks, "mirror: let GitProviders reach private networks (RFC 1918, fc00::/7, 100.64.0.0/10); loopback and link-local stay refused")
 	fs.Int64Var(&o.GitMaxFetchBytes, "git-max-fetch-bytes", orDefault(o.GitMaxFetchBytes, gitwriter.DefaultMaxFetchBytes), "mirror: most bytes a git remote may send in one fetch or push; past it the exchange stops (GitTarget reason FetchTooLarge)")
 	fs.Int64Var(&o.GitMaxFetchObjectBytes, "git-max-fetch-object-bytes", orDefault(o.GitMaxFetchObjectBytes, gitwriter.DefaultMaxFetchObjectBytes), "mirror: most bytes the objects of one fetch may take once inflated in memory; a larger pack is refused before it is inflated (GitTarget reason FetchTooLarge)")
+	fs.StringVar(&o.ClusterName, "cluster-name", o.ClusterName, "mirror: name of this cluster in every commit's Cluster trailer (empty leaves the trailer out)")
+	fs.StringVar(&o.UnattributedAuthor, "unattributed-author", o.UnattributedAuthor, `mirror: "Name <email>" authoring changes author attribution found no audit fact for (Attribution: absent), instead of the GitProvider's committer; needs --author-attribution`)
 	o.Attribution.BindFlags(fs)
 }
 
@@ -152,10 +159,28 @@ func (o *Options) Validate() error {
 	if o.CommitRequestWebhookClientCA != "" && len(o.CommitRequestWebhookClientNames) == 0 {
 		errs = append(errs, errors.New("--commitrequest-webhook-client-ca needs --commitrequest-webhook-client-names: any certificate of the CA would be accepted otherwise"))
 	}
+	if _, err := o.unattributedAuthor(); err != nil {
+		errs = append(errs, err)
+	}
 	if o.Attribution.Enabled && o.RedisAddr == "" {
 		errs = append(errs, errors.New("--author-attribution needs --redis-addr: the audit facts are kept in Redis"))
 	}
 	return errors.Join(errs...)
+}
+
+// unattributedAuthor parses --unattributed-author; nil when it is not set.
+func (o *Options) unattributedAuthor() (*gitwriter.Signature, error) {
+	if o.UnattributedAuthor == "" {
+		return nil, nil
+	}
+	if !o.Attribution.Enabled {
+		return nil, errors.New("--unattributed-author needs --author-attribution: without it no change is attributed, so none is unattributed")
+	}
+	sig, err := gitwriter.ParseSignature(o.UnattributedAuthor)
+	if err != nil {
+		return nil, fmt.Errorf("--unattributed-author: %w", err)
+	}
+	return &sig, nil
 }
 
 // storeConfig is the Redis store configuration. The password falls back to $REDIS_PASSWORD here,
@@ -212,8 +237,13 @@ func SetupWithEngine(mgr ctrl.Manager, o Options) (*engine.Engine, error) {
 		return nil, err
 	}
 	eng := engine.New(dyn, cursors)
+	unattributed, err := o.unattributedAuthor()
+	if err != nil {
+		return nil, err
+	}
 	eng.WriterHook = func(cfg *gitwriter.Config) {
 		cfg.Egress, cfg.MaxFetchBytes, cfg.MaxFetchObjectBytes = policy, o.GitMaxFetchBytes, o.GitMaxFetchObjectBytes
+		cfg.Cluster, cfg.Unattributed = o.ClusterName, unattributed
 	}
 	if err := mgr.Add(eng); err != nil {
 		return nil, err

@@ -288,6 +288,7 @@ func (s *Stream) EnqueueEvent(ctx context.Context, op gitwriter.Op, ev Event) er
 	if !s.r.admit() {
 		s.r.overflow(s.gvr, ev.UID, ev.RV)
 		op.Change.Author = nil
+		op.Change.Attribution, op.Change.AuditID = string(store.AttributionAbsent), ""
 		return s.Enqueue(ctx, op)
 	}
 	e := s.add(ctx, op, false)
@@ -296,6 +297,8 @@ func (s *Stream) EnqueueEvent(ctx context.Context, op gitwriter.Op, ev Event) er
 		res := s.r.Resolve(ctx, s.gvr, ev.UID, ev.RV, ev.ExactCapable)
 		s.mu.Lock()
 		e.op.Change.Author = res.Author
+		// The commit's provenance trailers (Audit-ID, Attribution).
+		e.op.Change.Attribution, e.op.Change.AuditID = string(res.Result), res.Fact.AuditID
 		e.resolved = true
 		s.mu.Unlock()
 		_ = s.flush()
