@@ -20,6 +20,10 @@ type APIServerOptions struct {
 	Webhooks envtest.WebhookInstallOptions
 	// Configure may adjust the environment before it starts (API server flags, users).
 	Configure func(*envtest.Environment)
+	// AuditLogPath, when set, makes the API server also write its audit events to this file
+	// (JSON lines, --audit-log-path), synchronously; it needs an audit policy (see
+	// AuditWebhook.Configure).
+	AuditLogPath string
 }
 
 // APIServer is a running kube-apiserver with etcd and the siteops CRDs installed.
@@ -52,6 +56,12 @@ func StartAPIServer(o APIServerOptions) (*APIServer, error) {
 	}
 	if o.Configure != nil {
 		o.Configure(env)
+	}
+	if o.AuditLogPath != "" {
+		args := env.ControlPlane.GetAPIServer().Configure()
+		args.Set("audit-log-path", o.AuditLogPath)
+		args.Set("audit-log-format", "json")
+		args.Set("audit-log-mode", "blocking")
 	}
 	cfg, err := env.Start()
 	if err != nil {
