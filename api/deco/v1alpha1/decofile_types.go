@@ -127,9 +127,10 @@ type RolloutSpec struct {
 	// one for every pod.
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=10
-	// +kubebuilder:validation:XValidation:rule="self.all(s, type(s) == int ? (s >= 1 && s <= 100000) : (string(s).matches('^[0-9]{1,3}%$') && int(string(s).replace('%', '')) >= 1 && int(string(s).replace('%', '')) <= 100))",message="each step is a pod count of at least 1 or a percentage from 1% to 100%"
+	// +kubebuilder:validation:XValidation:rule="self.all(s, type(s) == int ? (int(s) >= 1 && int(s) <= 100000) : string(s).endsWith('%'))",message="each step is a pod count of at least 1 or a percentage from 1% to 100%"
+	// +kubebuilder:validation:XValidation:rule="self.filter(s, type(s) != int).map(s, int(string(s).replace('%', ''))).all(p, p >= 1 && p <= 100)",message="each step is a pod count of at least 1 or a percentage from 1% to 100%"
 	// +kubebuilder:validation:XValidation:rule="self.all(s, self.indexOf(s) == self.lastIndexOf(s)) && self.filter(s, type(s) == int).map(s, int(s)).isSorted()",message="steps must be strictly increasing"
-	// +kubebuilder:validation:XValidation:rule="!self.exists(s, type(s) != int) || !self.exists(s, type(s) == int) || self.filter(s, type(s) == int).all(c, self.indexOf(c) < self.indexOf(self.filter(s, type(s) != int)[0]))",message="pod counts must come before percentages"
+	// +kubebuilder:validation:XValidation:rule="!self.exists(s, type(s) != int) || self.filter(s, type(s) == int).all(c, self.indexOf(c) < self.indexOf(self.filter(s, type(s) != int)[0]))",message="pod counts must come before percentages"
 	// +kubebuilder:validation:XValidation:rule="self.filter(s, type(s) != int).map(s, int(string(s).replace('%', ''))).isSorted()",message="steps must be strictly increasing"
 	Steps []intstr.IntOrString `json:"steps"`
 	// Pause is how long the pods of a step run the new content before the health check and the
@@ -151,7 +152,7 @@ type RolloutCheck struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=256
 	// +kubebuilder:validation:Pattern=`^/[A-Za-z0-9._~!$&'()*+,;=:%/-]*$`
-	// +kubebuilder:validation:XValidation:rule="!self.startsWith('//') && !self.matches('(^|/)\\.\\.?(/|$)')",message="spec.rollout.check.path must be an absolute path on the pod without '.' or '..' segments and not start with //"
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('//') && !self.matches('(^|/)[.][.]?(/|$)')",message="spec.rollout.check.path must be an absolute path on the pod without '.' or '..' segments and not start with //"
 	Path string `json:"path"`
 	// ExpectedStatus is the HTTP status a healthy pod answers (default 200).
 	// +kubebuilder:default=200
