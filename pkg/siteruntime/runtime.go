@@ -52,7 +52,8 @@ type Options struct {
 	// PollInterval and PollTimeout drive the long-poll form (defaults 2 s and 120 s).
 	PollInterval time.Duration
 	PollTimeout  time.Duration
-	// MaxBodyBytes bounds a pushed request body (default 2 × MaxDecofileBytes).
+	// MaxBodyBytes bounds a pushed request body, both as sent and once decompressed (default
+	// 2 × MaxDecofileBytes).
 	MaxBodyBytes int64
 	// HTTPClient fetches an https:// Release (default http.DefaultClient).
 	HTTPClient *http.Client
@@ -225,12 +226,18 @@ type pushBody struct {
 }
 
 func (r *Runtime) handlePush(w http.ResponseWriter, req *http.Request) {
+	w.Header().Set("Accept-Encoding", AcceptEncoding)
 	if !r.authorized(req) {
 		writeError(w, http.StatusUnauthorized, "missing or wrong reload token (Authorization: Token …)")
 		return
 	}
-	raw, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.opts.MaxBodyBytes))
+	raw, err := readBody(w, req, r.opts.MaxBodyBytes)
 	if err != nil {
+		var be *bodyError
+		if errors.As(err, &be) {
+			writeError(w, be.code, "%s", be.msg)
+			return
+		}
 		writeError(w, http.StatusBadRequest, "read body: %v", err)
 		return
 	}

@@ -68,6 +68,8 @@ type Config struct {
 	ProgressInterval time.Duration
 	// Client sends the requests (default: a client with no connection reuse between pods).
 	Client *http.Client
+	// DisableCompression sends every pod the plain JSON body, whatever it accepts.
+	DisableCompression bool
 }
 
 func (c Config) withDefaults() Config {
@@ -156,6 +158,12 @@ type Pod struct {
 	// injected by the published operator, v0.11, before the webhook moved it to the token
 	// Secret); it is sent to this pod instead of Rollout.Token.
 	Token string
+	// UID identifies the pod across rollouts: what its answers said about compressed bodies
+	// (Accept-Encoding, 415) is remembered under it. Empty: nothing is remembered.
+	UID string
+	// AcceptEncoding is the pod's deco.sites/reload-accept-encoding annotation: the compressed
+	// codings it accepts without advertising them. What its answers say takes precedence.
+	AcceptEncoding string
 }
 
 // Refresher re-reads a pod just before it is notified, so the IP and phase are current; it
@@ -172,7 +180,9 @@ type Rollout struct {
 	Timestamp int64
 	// Token is the workload's reload token, sent as "Authorization: Token <token>".
 	Token string
-	// Body is the push request body, built once with PushBody and shared, read-only, by every request.
+	// Body is the push request body, built once with PushBody and shared, read-only, by every
+	// request. Pods that accept a compressed body get it compressed, once per body: Runs with
+	// the same Body (the steps of one publish) share the compressed form.
 	Body []byte
 	// Pods are the selected pods.
 	Pods []Pod
@@ -201,6 +211,8 @@ type PodResult struct {
 	Attempts int
 	// Status is the last HTTP status the pod answered (0 when it never answered).
 	Status int
+	// Coding is the content coding of the last body sent to the pod.
+	Coding Coding
 }
 
 // Progress are running counts.
@@ -220,6 +232,8 @@ type Result struct {
 	Duration time.Duration
 	// TimedOut is set when the rollout deadline ended it.
 	TimedOut bool
+	// BodyBytes is the number of request body bytes sent to pods, every attempt counted.
+	BodyBytes int64
 }
 
 // Succeeded reports whether no pod failed (skipped pods do not count against a rollout).
@@ -251,7 +265,9 @@ func PushBody(ts int64, decofile []byte) []byte {
 
 // Notifier runs rollouts with one Config.
 type Notifier struct {
-	cfg Config
+	cfg      Config
+	payloads payloads
+	codings  podCodings
 }
 
 // New returns a Notifier; zero Config fields take the defaults.
@@ -267,11 +283,11 @@ func (n *Notifier) Run(ctx context.Context, r Rollout) Result {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.Timeout)
 	defer cancel()
 
-	src := bodySource(bytesSource(r.Body))
-	if r.Protocol != ProtocolLongPoll && len(r.Pods) > 0 {
-		src = newBodySource(r.Body)
+	var body *payload
+	if r.Protocol != ProtocolLongPoll {
+		body = n.payloads.get(r.Body)
 	}
-	defer func() { _ = src.close() }()
+	var sent atomic.Int64
 
 	results := make([]PodResult, len(r.Pods))
 	var notified, failed, skipped atomic.Int64
@@ -323,7 +339,7 @@ func (n *Notifier) Run(ctx context.Context, r Rollout) Result {
 				if ctx.Err() != nil {
 					results[i] = PodResult{Name: r.Pods[i].Name, Outcome: Failed, Reason: "not notified before the rollout timeout"}
 				} else {
-					results[i] = n.notifyPod(ctx, r, src, r.Pods[i])
+					results[i] = n.notifyPod(ctx, r, body, &sent, r.Pods[i])
 				}
 				count(results[i].Outcome)
 			}
@@ -333,7 +349,8 @@ func (n *Notifier) Run(ctx context.Context, r Rollout) Result {
 	close(stopProgress)
 	progressDone.Wait()
 
-	res := Result{Progress: snapshot(), Pods: results, Duration: time.Since(start), TimedOut: ctx.Err() != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded)}
+	res := Result{Progress: snapshot(), Pods: results, Duration: time.Since(start), BodyBytes: sent.Load(),
+		TimedOut: ctx.Err() != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded)}
 	if r.Progress != nil {
 		r.Progress(res.Progress)
 	}
@@ -343,7 +360,7 @@ func (n *Notifier) Run(ctx context.Context, r Rollout) Result {
 // permanentError marks an answer that another attempt cannot change (401, 400, 404).
 type permanentError struct{ error }
 
-func (n *Notifier) notifyPod(ctx context.Context, r Rollout, src bodySource, pod Pod) PodResult {
+func (n *Notifier) notifyPod(ctx context.Context, r Rollout, body *payload, sent *atomic.Int64, pod Pod) PodResult {
 	res := PodResult{Name: pod.Name}
 	backoff := n.cfg.Backoff
 	for attempt := 1; attempt <= n.cfg.Attempts; attempt++ {
@@ -363,8 +380,8 @@ func (n *Notifier) notifyPod(ctx context.Context, r Rollout, src bodySource, pod
 			return res
 		}
 		res.Attempts = attempt
-		status, err := n.send(ctx, r, src, pod)
-		res.Status = status
+		status, coding, err := n.sendCoded(ctx, r, body, sent, pod)
+		res.Status, res.Coding = status, coding
 		if err == nil {
 			res.Outcome, res.Reason = Notified, ""
 			return res
@@ -385,8 +402,34 @@ func (n *Notifier) notifyPod(ctx context.Context, r Rollout, src bodySource, pod
 	return res
 }
 
-// send makes one attempt on one pod.
-func (n *Notifier) send(ctx context.Context, r Rollout, src bodySource, pod Pod) (int, error) {
+// errRefusedCoding is a 415 answer to a compressed body: the same attempt is made again plain.
+var errRefusedCoding = errors.New("the pod refused the compressed body (HTTP 415)")
+
+// sendCoded makes one attempt on one pod with the coding it accepts, and again with the plain
+// body when it refuses that coding.
+func (n *Notifier) sendCoded(ctx context.Context, r Rollout, body *payload, sent *atomic.Int64, pod Pod) (int, Coding, error) {
+	coding := Identity
+	if body != nil && !n.cfg.DisableCompression && len(body.plain) >= minCompressBytes {
+		coding = n.codings.choose(pod)
+	}
+	var data []byte
+	if body != nil {
+		var err error
+		if data, err = body.body(coding); err != nil {
+			// Compressing cannot fail on bytes in memory; should it, the plain body still works.
+			coding, data = Identity, body.plain
+		}
+	}
+	status, err := n.send(ctx, r, data, coding, sent, pod)
+	if errors.Is(err, errRefusedCoding) {
+		coding = Identity
+		status, err = n.send(ctx, r, body.plain, coding, sent, pod)
+	}
+	return status, coding, err
+}
+
+// send makes one request to one pod with data (the push body, in coding) or the long-poll query.
+func (n *Notifier) send(ctx context.Context, r Rollout, data []byte, coding Coding, sent *atomic.Int64, pod Pod) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.PodTimeout)
 	defer cancel()
 	host := net.JoinHostPort(pod.IP, strconv.Itoa(int(pod.Port)))
@@ -404,17 +447,17 @@ func (n *Notifier) send(ctx context.Context, r Rollout, src bodySource, pod Pod)
 	default:
 		u := url.URL{Scheme: "http", Host: host, Path: decov1alpha1.ReloadPath}
 		// Every request reads the one shared body: no per-pod copy of the payload.
-		body, oerr := src.open()
-		if oerr != nil {
-			return 0, oerr
-		}
+		open := opener(data)
+		body, _ := open()
 		req, err = http.NewRequestWithContext(ctx, http.MethodPost, u.String(), body)
 		if err == nil {
-			req.ContentLength = int64(len(r.Body))
-			req.GetBody = src.open
+			req.ContentLength = int64(len(data))
+			req.GetBody = open
 			req.Header.Set("Content-Type", "application/json")
-		} else {
-			_ = body.Close()
+			if coding != Identity {
+				req.Header.Set("Content-Encoding", coding.String())
+			}
+			sent.Add(int64(len(data)))
 		}
 	}
 	if err != nil {
@@ -435,6 +478,13 @@ func (n *Notifier) send(ctx context.Context, r Rollout, src bodySource, pod Pod)
 		return 0, fmt.Errorf("request failed%s", printable([]byte(unwrapURLError(err).Error()), maxErrorBytes))
 	}
 	defer resp.Body.Close()
+	if r.Protocol != ProtocolLongPoll {
+		refused := coding != Identity && resp.StatusCode == http.StatusUnsupportedMediaType
+		n.codings.learn(pod.UID, resp.Header.Values("Accept-Encoding"), coding, refused)
+		if refused {
+			return resp.StatusCode, errRefusedCoding
+		}
+	}
 	// Only a short, sanitized excerpt of what the pod answered goes into results (and from there
 	// into status, Events and logs); the rest is not read: keep-alives are off.
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, MaxExcerptBytes))
@@ -449,6 +499,10 @@ func (n *Notifier) send(ctx context.Context, r Rollout, src bodySource, pod Pod)
 	case code == http.StatusUnauthorized || code == http.StatusForbidden:
 		return code, permanentError{fmt.Errorf("HTTP %d: the pod rejected the reload token (its %s differs from the Decofile's reload Secret)",
 			code, decov1alpha1.EnvReloadToken)}
+	case code == http.StatusBadRequest && coding != Identity:
+		// Not a permanent answer: a runtime replaced in place may no longer read the coding its
+		// predecessor advertised, and its answer (without Accept-Encoding) makes the next attempt plain.
+		return code, fmt.Errorf("HTTP %d to a %s body%s", code, coding, Excerpt(snippet))
 	case code == http.StatusBadRequest || code == http.StatusNotFound || code == http.StatusMethodNotAllowed:
 		return code, permanentError{fmt.Errorf("HTTP %d%s", code, Excerpt(snippet))}
 	default:
