@@ -47,6 +47,9 @@ func ValidRoute(route string) bool { return routePattern.MatchString(route) }
 type FactRecorder interface {
 	RecordFact(ctx context.Context, auditRoute string, event auditv1.Event) error
 	RecordDeleteCollectionFacts(ctx context.Context, auditRoute string, event auditv1.Event) error
+	// Announce tells the resolvers of every replica, in one message, which facts of events are
+	// stored now, so the watch events waiting for them look at once instead of polling.
+	Announce(ctx context.Context, auditRoute string, events []auditv1.Event) error
 }
 
 // Handler is the audit webhook's HTTP handler, without TLS; Receiver serves it over mTLS.
@@ -55,8 +58,8 @@ type Handler struct {
 	Recorder FactRecorder
 	// MaxBodyBytes bounds a request body; 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
-	// OnRecorded, when set, is called after a batch recorded at least one fact, so a local
-	// resolver can look again at once instead of at its next poll.
+	// OnRecorded, when set, is called after a batch recorded at least one fact (and announced
+	// it to every replica through the recorder).
 	OnRecorded func()
 	// StoreTimeout bounds the Redis writes of one batch; 0 means 10s.
 	StoreTimeout time.Duration
@@ -156,6 +159,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	var failed, recorded int
 	var firstErr error
+	var stored []auditv1.Event
 	for i := range list.Items {
 		ev := &list.Items[i]
 		if ok, _ := Accept(ev); !ok {
@@ -177,11 +181,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		recorded++
+		stored = append(stored, *ev)
 		AuditEvents.WithLabelValues("recorded").Inc()
 		FactsRecorded.WithLabelValues(kind).Inc()
 	}
-	if recorded > 0 && h.OnRecorded != nil {
-		h.OnRecorded()
+	if recorded > 0 {
+		// Announced even when part of the batch failed: what is stored may be used now.
+		if err := h.Recorder.Announce(ctx, route, stored); err != nil {
+			log.Error(err, "announce stored audit facts; waiting changes find them when their grace period ends", "route", route)
+		}
+		if h.OnRecorded != nil {
+			h.OnRecorded()
+		}
 	}
 	if failed > 0 {
 		log.Error(firstErr, "store audit facts; the API server will retry the batch", "route", route, "failed", failed, "events", len(list.Items))

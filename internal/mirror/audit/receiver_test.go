@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -97,6 +98,7 @@ func (r *nopRecorder) RecordFact(context.Context, string, auditv1.Event) error {
 func (r *nopRecorder) RecordDeleteCollectionFacts(context.Context, string, auditv1.Event) error {
 	return nil
 }
+func (r *nopRecorder) Announce(context.Context, string, []auditv1.Event) error { return nil }
 
 func post(h http.Handler, path string, body []byte) *httptest.ResponseRecorder {
 	req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
@@ -176,6 +178,16 @@ func TestHandlerStoresFactsAndFailsWithStore(t *testing.T) {
 	}
 	defer s.Close()
 	idx := s.AttributionIndex(time.Minute)
+	ann := &announcements{}
+	subCtx, stopSub := context.WithCancel(context.Background())
+	defer stopSub()
+	go func() { _ = idx.Subscribe(subCtx, "prod", ann) }()
+	testenv.Eventually(t, 5*time.Second, func() error {
+		if _, n := ann.snapshot(); n == 0 {
+			return fmt.Errorf("not subscribed yet")
+		}
+		return nil
+	})
 	woke := 0
 	h := &Handler{Recorder: idx, OnRecorded: func() { woke++ }}
 	recorded0 := testutil.ToFloat64(AuditEvents.WithLabelValues("recorded"))
@@ -216,9 +228,23 @@ func TestHandlerStoresFactsAndFailsWithStore(t *testing.T) {
 	if r := idx.LookupAuthorResolution(ctx, "prod", cm, "ux", "9", false); r.Result != store.AttributionExactDeleteCollectionItem || r.Fact.Author != "dave" {
 		t.Fatalf("deletecollection item = %+v", r)
 	}
-	if n, _ := idx.CountFacts(ctx); n != 3 { // exact + :last of u1, :last of ux
-		t.Fatalf("stored %d facts, want 3", n)
+	if n, _ := idx.CountFacts(ctx); n != 4 { // exact + :last of u1, :last + deleter of ux
+		t.Fatalf("stored %d facts, want 4", n)
 	}
+	// The batch was announced once, naming what it stored, so waiting events wake at once.
+	testenv.Eventually(t, 5*time.Second, func() error {
+		toks, _ := ann.snapshot()
+		if len(toks) == 0 {
+			return fmt.Errorf("no announcement")
+		}
+		if want := store.WakeTokens(store.Query{GVR: cm, UID: "u1", RV: "5"})[0]; !slices.Contains(toks, want) {
+			return fmt.Errorf("announced %q, want %q among them", toks, want)
+		}
+		if want := store.WakeTokens(store.Query{GVR: cm, UID: "ux", Removal: true})[0]; !slices.Contains(toks, want) {
+			return fmt.Errorf("announced %q, want %q among them", toks, want)
+		}
+		return nil
+	})
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -226,6 +252,31 @@ func TestHandlerStoresFactsAndFailsWithStore(t *testing.T) {
 	if w := post(h, "/audit-webhook/prod", eventList(event("create", "alice", "u9", "9", nil))); w.Code != http.StatusServiceUnavailable {
 		t.Fatalf("status with Redis down = %d, want 503", w.Code)
 	}
+}
+
+// announcements records what a route's subscription hears.
+type announcements struct {
+	mu         sync.Mutex
+	tokens     []string
+	subscribed int
+}
+
+func (a *announcements) Wake(tokens []string) {
+	a.mu.Lock()
+	a.tokens = append(a.tokens, tokens...)
+	a.mu.Unlock()
+}
+
+func (a *announcements) Subscribed() {
+	a.mu.Lock()
+	a.subscribed++
+	a.mu.Unlock()
+}
+
+func (a *announcements) snapshot() ([]string, int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.tokens), a.subscribed
 }
 
 // liveReceiver is a receiver served over real mTLS on a loopback address, storing facts in a

@@ -6,7 +6,14 @@ package store
 //
 //	<prefix>:author:v1:audit:route:<route>:<group/resource>:object:<uid>:<rv>   exact, immutable
 //	<prefix>:author:v1:audit:route:<route>:<group/resource>:object:<uid>:last   last writer of the object
+//	<prefix>:author:v1:audit:route:<route>:<group/resource>:object:<uid>:deleter    first delete of the object
 //	<prefix>:author:v1:audit:route:<route>:<group/resource>:rv:<rv>             an RV but no UID
+//	<prefix>:author:v1:audit:route:<route>:<group/resource>:scope:cluster        collection deletes without a body
+//	<prefix>:author:v1:audit:route:<route>:<group/resource>:scope:namespace:<ns> (sorted sets, by request time)
+//
+// Announcements (one PUBLISH per audit batch, see announce.go):
+//
+//	<prefix>:author:v1:audit:route:<route>:announce
 //
 // Command authors (one per admitted command object):
 //
@@ -25,7 +32,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	authnv1 "k8s.io/api/authentication/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 )
@@ -42,8 +48,10 @@ const CommandAuthorTTL = 24 * time.Hour
 // Verb values that carry special meaning for attribution.
 const (
 	verbDeleteCollection = "deletecollection"
+	verbDelete           = "delete"
 	serviceAccountPrefix = "system:serviceaccount:"
 	lastSegment          = "last"
+	deleterSegment       = "deleter"
 )
 
 // AttributionResult is the bounded resolver outcome recorded for each watch event.
@@ -62,6 +70,11 @@ const (
 	// response body: a per-object credit for one member of a collection delete, joined by UID via
 	// :last. The result follows the fact's verb, not the key that matched.
 	AttributionExactDeleteCollectionItem AttributionResult = "exact_deletecollection_item"
+	// AttributionExactDeleteCollectionScope is a removal credited to a collection delete whose
+	// audit event named no items (a Metadata-level policy, an aggregated API, a response without
+	// a body): the delete covered the object's namespace and resource, and the removal was seen
+	// within the delete's time window.
+	AttributionExactDeleteCollectionScope AttributionResult = "exact_deletecollection_scope"
 	// AttributionAbsent means no usable author fact matched (before the grace elapsed).
 	AttributionAbsent AttributionResult = "absent"
 )
@@ -71,18 +84,21 @@ const (
 // confidence; it is never object state. The object identity lives in the value, so a fact is
 // self-describing.
 type AuthorFact struct {
-	GroupResource    string `json:"groupResource,omitempty"`
-	Namespace        string `json:"namespace,omitempty"`
-	Name             string `json:"name,omitempty"`
-	UID              string `json:"uid,omitempty"`
-	Author           string `json:"author"`
-	DisplayName      string `json:"displayName,omitempty"`
-	Email            string `json:"email,omitempty"`
-	Verb             string `json:"verb,omitempty"`
-	Subresource      string `json:"subresource,omitempty"`
-	AuditID          string `json:"auditID,omitempty"`
-	ResourceVersion  string `json:"resourceVersion,omitempty"`
-	StageTimestamp   string `json:"stageTimestamp,omitempty"`
+	GroupResource   string `json:"groupResource,omitempty"`
+	Namespace       string `json:"namespace,omitempty"`
+	Name            string `json:"name,omitempty"`
+	UID             string `json:"uid,omitempty"`
+	Author          string `json:"author"`
+	DisplayName     string `json:"displayName,omitempty"`
+	Email           string `json:"email,omitempty"`
+	Verb            string `json:"verb,omitempty"`
+	Subresource     string `json:"subresource,omitempty"`
+	AuditID         string `json:"auditID,omitempty"`
+	ResourceVersion string `json:"resourceVersion,omitempty"`
+	StageTimestamp  string `json:"stageTimestamp,omitempty"`
+	// RequestReceived is when the API server received the request (RFC3339Nano); with
+	// StageTimestamp it is the time window of a collection delete.
+	RequestReceived  string `json:"requestReceivedTimestamp,omitempty"`
 	IsServiceAccount bool   `json:"isServiceAccount,omitempty"`
 }
 
@@ -90,6 +106,10 @@ type AuthorFact struct {
 type AuthorResolution struct {
 	Fact   AuthorFact
 	Result AttributionResult
+	// Provisional is set on a removal matched only by a fact that may not be the deleting
+	// request's (the :last pointer of an earlier write, or a collection delete's scope): a
+	// waiting resolver keeps waiting for a better match and takes it only when the grace ends.
+	Provisional bool
 }
 
 // AttributionIndex is the optional Redis-backed lookup table that names a commit author from audit
@@ -126,6 +146,11 @@ func (a *AttributionIndex) exactKey(route, gr, uid, rv string) string {
 // the distinction would need an RV literally named "last", which the API server never issues.
 func (a *AttributionIndex) lastKey(route, gr, uid string) string {
 	return a.auditBase(route, gr) + ":object:" + escapeKeyField(uid) + ":" + lastSegment
+}
+
+// deleterKey holds the first delete of an object (SET NX): the removal credit sticks to it.
+func (a *AttributionIndex) deleterKey(route, gr, uid string) string {
+	return a.auditBase(route, gr) + ":object:" + escapeKeyField(uid) + ":" + deleterSegment
 }
 
 func (a *AttributionIndex) rvKey(route, gr, rv string) string {
@@ -254,6 +279,9 @@ func factFromEvent(ev *auditv1.Event) (AuthorFact, bool) {
 	if !ev.StageTimestamp.IsZero() {
 		f.StageTimestamp = ev.StageTimestamp.UTC().Format(time.RFC3339Nano)
 	}
+	if !ev.RequestReceivedTimestamp.IsZero() {
+		f.RequestReceived = ev.RequestReceivedTimestamp.UTC().Format(time.RFC3339Nano)
+	}
 	if ev.ObjectRef != nil {
 		f.GroupResource = groupResourceOf(ev.ObjectRef.APIGroup, ev.ObjectRef.Resource)
 		f.Namespace = ev.ObjectRef.Namespace
@@ -308,6 +336,11 @@ func (a *AttributionIndex) RecordFact(ctx context.Context, auditRoute string, ev
 			pipe.SetArgs(ctx, a.exactKey(auditRoute, f.GroupResource, f.UID, f.ResourceVersion), val, redis.SetArgs{Mode: "NX", TTL: a.factTTL})
 		}
 		pipe.Set(ctx, a.lastKey(auditRoute, f.GroupResource, f.UID), val, a.factTTL)
+		if f.Verb == verbDelete {
+			// The first delete of an object keeps the removal credit: a finalizer patch by a
+			// controller later rewrites :last, never this.
+			pipe.SetArgs(ctx, a.deleterKey(auditRoute, f.GroupResource, f.UID), val, redis.SetArgs{Mode: "NX", TTL: a.factTTL})
+		}
 	default:
 		pipe.SetArgs(ctx, a.rvKey(auditRoute, f.GroupResource, f.ResourceVersion), val, redis.SetArgs{Mode: "NX", TTL: a.factTTL})
 	}
@@ -317,42 +350,35 @@ func (a *AttributionIndex) RecordFact(ctx context.Context, auditRoute string, ev
 	return nil
 }
 
-// listBody is the part of a deletecollection response (a List) that attribution reads.
-type listBody struct {
-	Items []objectMeta `json:"items"`
-}
-
 // RecordDeleteCollectionFacts expands a deletecollection response body into one uid-latest (:last)
-// fact per listed object, joined by UID against each object's removal watch event. It is a no-op
-// for any other verb, or when the body is absent, hollow or unparseable: such a removal is then
-// authored by the committer.
+// and one deleter fact per listed object, joined by UID against each object's removal watch
+// event. It is a no-op for any other verb. When the audit event names no items (no response at
+// the Metadata level, an aggregated API's Status, a hollow or unparseable body) it records a
+// scope fact instead: the collection's namespace and resource with the request's time window
+// (see recordScope), and removals in that scope and window are credited to it.
 //
-// Only :last keys are written: an item's resourceVersion is the pre-delete RV, which no removal
-// event presents, so exact and rv-only keys would be dead. Finalizer-pending items are not
-// skipped: a deletionTimestamp already removes the file (deletion as intent), so whoever ran the
-// collection delete is credited with that removal.
+// Only :last and deleter keys are written: an item's resourceVersion is the pre-delete RV, which
+// no removal event presents, so exact and rv-only keys would be dead. Finalizer-pending items are
+// not skipped: a deletionTimestamp already removes the file (deletion as intent), so whoever ran
+// the collection delete is credited with that removal.
 func (a *AttributionIndex) RecordDeleteCollectionFacts(ctx context.Context, auditRoute string, event auditv1.Event) error {
 	if event.Verb != verbDeleteCollection || event.ObjectRef == nil || event.ObjectRef.Resource == "" {
-		return nil
-	}
-	if event.ResponseObject == nil || len(event.ResponseObject.Raw) == 0 {
-		return nil
-	}
-	// A response that is not a list names no items to attribute; the event is skipped, not failed.
-	var body listBody
-	if err := json.Unmarshal(event.ResponseObject.Raw, &body); err != nil {
-		return nil //nolint:nilerr // an unreadable response is skipped, see above
-	}
-	if len(body.Items) == 0 {
 		return nil
 	}
 	base, ok := factFromEvent(&event)
 	if !ok {
 		return nil
 	}
+	items, listed := deletedItems(&event)
+	if !listed {
+		return a.recordScope(ctx, auditRoute, base)
+	}
+	if len(items) == 0 {
+		return nil // the collection was empty: nothing was removed
+	}
 	pipe := a.client.Pipeline()
 	n := 0
-	for _, it := range body.Items {
+	for _, it := range items {
 		m := it.Metadata
 		if m.UID == "" || m.Name == "" {
 			continue
@@ -367,102 +393,17 @@ func (a *AttributionIndex) RecordDeleteCollectionFacts(ctx context.Context, audi
 			return fmt.Errorf("encode deletecollection fact: %w", err)
 		}
 		pipe.Set(ctx, a.lastKey(auditRoute, f.GroupResource, f.UID), val, a.factTTL)
+		pipe.SetArgs(ctx, a.deleterKey(auditRoute, f.GroupResource, f.UID), val, redis.SetArgs{Mode: "NX", TTL: a.factTTL})
 		n++
 	}
 	if n == 0 {
-		return nil
+		// Items without UIDs cannot be joined one by one; the scope still can.
+		return a.recordScope(ctx, auditRoute, base)
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("record %d deletecollection facts for %s (audit %s): %w", n, base.GroupResource, base.AuditID, err)
 	}
 	return nil
-}
-
-// LookupAuthor finds the strongest attribution fact for a watch event. ok=false means no fact
-// matched (yet): the caller commits as the committer. exactCapable selects the join policy; see
-// LookupAuthorResolution.
-func (a *AttributionIndex) LookupAuthor(ctx context.Context, auditRoute string, gvr schema.GroupVersionResource, uid types.UID, rv string, exactCapable bool) (AuthorFact, bool) {
-	r := a.LookupAuthorResolution(ctx, auditRoute, gvr, uid, rv, exactCapable)
-	return r.Fact, r.Result != AttributionAbsent
-}
-
-// LookupAuthorResolution finds the strongest attribution fact and classifies the match.
-//
-//   - An exact-capable event (ADDED / MODIFIED) tries only the immutable exact key
-//     object:<uid>:<rv> and the rv-only escape hatch; it never falls through to the :last pointer,
-//     which may name a different, older author than the write this event represents.
-//   - A known RV-mismatch event (DELETED, a deletecollection removal) also consults
-//     object:<uid>:last, whose RV deliberately never matches.
-//
-// A miss (or an unreachable Redis) returns AttributionAbsent; there is no tombstone and so no
-// "expired" outcome. All candidate keys are read in one round trip.
-func (a *AttributionIndex) LookupAuthorResolution(ctx context.Context, auditRoute string, gvr schema.GroupVersionResource, uid types.UID, rv string, exactCapable bool) AuthorResolution {
-	r, _ := a.lookup(ctx, auditRoute, gvr, uid, rv, exactCapable)
-	return r
-}
-
-// LookupAuthorResolutionErr is LookupAuthorResolution that also reports a Redis failure, so a
-// waiting resolver can tell "not yet" from "cannot know".
-func (a *AttributionIndex) LookupAuthorResolutionErr(ctx context.Context, auditRoute string, gvr schema.GroupVersionResource, uid types.UID, rv string, exactCapable bool) (AuthorResolution, error) {
-	return a.lookup(ctx, auditRoute, gvr, uid, rv, exactCapable)
-}
-
-type keyKind int
-
-const (
-	kindExact keyKind = iota
-	kindRV
-	kindLast
-)
-
-func (a *AttributionIndex) lookup(ctx context.Context, route string, gvr schema.GroupVersionResource, uid types.UID, rv string, exactCapable bool) (AuthorResolution, error) {
-	absent := AuthorResolution{Result: AttributionAbsent}
-	gr := groupResourceOf(gvr.Group, gvr.Resource)
-	var keys []string
-	var kinds []keyKind
-	if uid != "" && rv != "" {
-		keys, kinds = append(keys, a.exactKey(route, gr, string(uid), rv)), append(kinds, kindExact)
-	}
-	if rv != "" {
-		keys, kinds = append(keys, a.rvKey(route, gr, rv)), append(kinds, kindRV)
-	}
-	if !exactCapable && uid != "" {
-		keys, kinds = append(keys, a.lastKey(route, gr, string(uid))), append(kinds, kindLast)
-	}
-	if len(keys) == 0 {
-		return absent, nil
-	}
-	vals, err := a.client.MGet(ctx, keys...).Result()
-	if err != nil {
-		return absent, fmt.Errorf("look up attribution facts for %s %s@%s: %w", gr, uid, rv, err)
-	}
-	for i, v := range vals {
-		s, ok := v.(string)
-		if !ok {
-			continue
-		}
-		var f AuthorFact
-		if json.Unmarshal([]byte(s), &f) != nil || f.Author == "" {
-			continue
-		}
-		return AuthorResolution{Fact: f, Result: classify(f, kinds[i])}, nil
-	}
-	return absent, nil
-}
-
-// classify names the confidence of a matched fact: the verb decides deletecollection credit,
-// the key kind decides exact versus weak.
-func classify(f AuthorFact, kind keyKind) AttributionResult {
-	switch {
-	case f.Verb == verbDeleteCollection:
-		return AttributionExactDeleteCollectionItem
-	case kind != kindExact:
-		return AttributionWeak
-	case f.IsServiceAccount:
-		return AttributionExactServiceAccount
-	default:
-		return AttributionExactUser
-	}
 }
 
 // CommandAuthor is the authorship captured at admission for one command object: only what a git

@@ -288,11 +288,13 @@ func TestRecordDeleteCollectionFacts(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
+		"dc:author:v1:audit:route:r:/configmaps:object:u1:deleter",
 		"dc:author:v1:audit:route:r:/configmaps:object:u1:last",
+		"dc:author:v1:audit:route:r:/configmaps:object:u2:deleter",
 		"dc:author:v1:audit:route:r:/configmaps:object:u2:last",
 	}
 	if got := allKeys(t, raw); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("keys = %q, want only :last keys %q", got, want)
+		t.Fatalf("keys = %q, want only :last and deleter keys %q", got, want)
 	}
 	for _, uid := range []types.UID{"u1", "u2"} {
 		r := idx.LookupAuthorResolution(ctx, "r", cmGVR, uid, "999", false)
@@ -304,7 +306,8 @@ func TestRecordDeleteCollectionFacts(t *testing.T) {
 			t.Fatalf("exact-capable lookup of %s used :last: %+v", uid, r)
 		}
 	}
-	// Other verbs, hollow and broken bodies are no-ops.
+	// Other verbs are no-ops; hollow and broken bodies without a request time (so without a
+	// window) too.
 	other := auditEvent("delete", "erin", "ns", "x", "u9", "30")
 	hollow := auditEvent("deletecollection", "erin", "ns", "", "", "")
 	hollow.ResponseObject = &runtime.Unknown{Raw: []byte(`{"kind":"Status"}`)}
@@ -317,7 +320,7 @@ func TestRecordDeleteCollectionFacts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := allKeys(t, raw); len(got) != 2 {
+	if got := allKeys(t, raw); len(got) != 4 {
 		t.Fatalf("no-op expansions wrote keys: %q", got)
 	}
 }
@@ -383,7 +386,7 @@ func TestAttributionRedisDown(t *testing.T) {
 }
 
 // A DELETE of most resources answers Status{details:{uid}}: the UID still joins the removal
-// through :last, and no exact key is written (there is no RV).
+// through :last and the deleter key, and no exact key is written (there is no RV).
 func TestRecordFactDeleteStatusResponse(t *testing.T) {
 	s, raw := newAttributionStore(t, "del")
 	ctx := context.Background()
@@ -396,7 +399,7 @@ func TestRecordFactDeleteStatusResponse(t *testing.T) {
 	if err := idx.RecordFact(ctx, "r", del); err != nil {
 		t.Fatal(err)
 	}
-	if got := allKeys(t, raw); fmt.Sprint(got) != fmt.Sprint([]string{"del:author:v1:audit:route:r:/configmaps:object:u1:5", "del:author:v1:audit:route:r:/configmaps:object:u1:last"}) {
+	if got := allKeys(t, raw); fmt.Sprint(got) != fmt.Sprint([]string{"del:author:v1:audit:route:r:/configmaps:object:u1:5", "del:author:v1:audit:route:r:/configmaps:object:u1:deleter", "del:author:v1:audit:route:r:/configmaps:object:u1:last"}) {
 		t.Fatalf("keys = %q", got)
 	}
 	r := idx.LookupAuthorResolution(ctx, "r", cmGVR, "u1", "6", false)
