@@ -33,6 +33,7 @@ func NewRootCommand() *cobra.Command {
 		newTenantCommand(),
 		newCatalogCommand(),
 		newWavesCommand(),
+		newMirrorCommand(),
 	)
 	return root
 }
