@@ -144,6 +144,42 @@ type GitTargetSpec struct {
 	// +kubebuilder:default=apply
 	// +optional
 	Deletes DeletePolicy `json:"deletes,omitempty"`
+	// Secrets says whether Secrets the rules select are written (SOPS-encrypted) or left out.
+	// Without it Secrets are never written.
+	// +optional
+	Secrets *SecretsPolicy `json:"secrets,omitempty"`
+}
+
+// SecretsMode says whether a GitTarget writes Secrets.
+// +kubebuilder:validation:Enum=Never;Encrypt
+type SecretsMode string
+
+// Secrets modes.
+const (
+	// SecretsNever leaves Secrets out of git (the default).
+	SecretsNever SecretsMode = "Never"
+	// SecretsEncrypt writes Secrets with their data and stringData encrypted by SOPS.
+	SecretsEncrypt SecretsMode = "Encrypt"
+)
+
+// SecretsPolicy opts a GitTarget in to mirroring Secrets, encrypted.
+// +kubebuilder:validation:XValidation:rule="self.mode != 'Encrypt' || (has(self.age) && size(self.age.recipients) > 0)",message="mode Encrypt needs age.recipients"
+type SecretsPolicy struct {
+	// Mode is Never (Secrets are not written) or Encrypt (written with SOPS, values encrypted).
+	// +kubebuilder:default=Never
+	// +optional
+	Mode SecretsMode `json:"mode,omitempty"`
+	// Age lists the age recipients Secrets are encrypted to.
+	// +optional
+	Age *AgeEncryption `json:"age,omitempty"`
+}
+
+// AgeEncryption names the age recipients of SOPS-encrypted files.
+type AgeEncryption struct {
+	// Recipients are age public keys (age1…); any one matching identity decrypts (`sops -d`).
+	// +kubebuilder:validation:MaxItems=32
+	// +optional
+	Recipients []string `json:"recipients,omitempty"`
 }
 
 // ExcludedResource is a resource a rule matched that is not mirrored, and why.
@@ -176,7 +212,8 @@ type GitTargetStatus struct {
 	// PendingWrites counts changes waiting to be pushed.
 	// +optional
 	PendingWrites int32 `json:"pendingWrites,omitempty"`
-	// SkippedSecrets counts Secret resources the rules matched that are not written (never in plaintext).
+	// SkippedSecrets counts Secret resources the rules matched that are not written (spec.secrets
+	// does not opt in; never in plaintext).
 	// +optional
 	SkippedSecrets int32 `json:"skippedSecrets,omitempty"`
 	// Excluded lists resources the rules matched that are not mirrored.
@@ -240,6 +277,22 @@ type ResourceRule struct {
 	Operations []Operation `json:"operations,omitempty"`
 }
 
+// IgnoreWriters names writers whose changes a rule does not commit: other GitOps controllers
+// (Flux, Argo CD) or autoscalers that own what they write.
+type IgnoreWriters struct {
+	// FieldManagers are managedFields managers (e.g. kustomize-controller, argocd-controller):
+	// a change whose last writer of the object's spec (the managedFields entry updated last,
+	// status entries never counted) is listed is not committed.
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	FieldManagers []string `json:"fieldManagers,omitempty"`
+	// Users are user names (e.g. system:serviceaccount:flux-system:kustomize-controller): a
+	// change the audit log attributes to one of them is not committed (needs author attribution).
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	Users []string `json:"users,omitempty"`
+}
+
 // TargetReference names a GitTarget.
 type TargetReference struct {
 	// Name of the GitTarget.
@@ -257,6 +310,9 @@ type WatchRuleSpec struct {
 	// Rules select the resources.
 	// +kubebuilder:validation:MinItems=1
 	Rules []ResourceRule `json:"rules"`
+	// Ignore lists writers whose changes to the selected resources are not committed.
+	// +optional
+	Ignore *IgnoreWriters `json:"ignore,omitempty"`
 }
 
 // WatchRuleStatus is the observed state of a WatchRule or ClusterWatchRule.
@@ -310,6 +366,9 @@ type ClusterWatchRuleSpec struct {
 	// Rules select the resources.
 	// +kubebuilder:validation:MinItems=1
 	Rules []ResourceRule `json:"rules"`
+	// Ignore lists writers whose changes to the selected resources are not committed.
+	// +optional
+	Ignore *IgnoreWriters `json:"ignore,omitempty"`
 }
 
 // ClusterWatchRule mirrors cluster-scoped resources into a GitTarget.
