@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/types"
@@ -23,6 +24,7 @@ import (
 	"github.com/siteops/siteops/internal/mirror/engine"
 	"github.com/siteops/siteops/internal/mirror/gitwriter"
 	"github.com/siteops/siteops/internal/mirror/ruleaccess"
+	"github.com/siteops/siteops/internal/mirror/secretcrypt"
 	"github.com/siteops/siteops/internal/mirror/store"
 )
 
@@ -77,6 +79,10 @@ type Options struct {
 	// UnattributedAuthor ("Name <email>") authors the changes author attribution found no audit
 	// fact for, instead of the GitProvider's committer; empty keeps the committer.
 	UnattributedAuthor string
+	// SecretHashKeySecret ("namespace/name") holds the key of the HMACs that recognise unchanged
+	// Secrets of GitTargets writing Secrets encrypted; created when missing. Empty keeps a random
+	// key per process: after a restart every such Secret is re-encrypted once.
+	SecretHashKeySecret string
 
 	flags *pflag.FlagSet
 }
@@ -123,7 +129,20 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&o.GitMaxFetchObjectBytes, "git-max-fetch-object-bytes", orDefault(o.GitMaxFetchObjectBytes, gitwriter.DefaultMaxFetchObjectBytes), "mirror: most bytes the objects of one fetch may take once inflated in memory; a larger pack is refused before it is inflated (GitTarget reason FetchTooLarge)")
 	fs.StringVar(&o.ClusterName, "cluster-name", o.ClusterName, "mirror: name of this cluster in every commit's Cluster trailer (empty leaves the trailer out)")
 	fs.StringVar(&o.UnattributedAuthor, "unattributed-author", o.UnattributedAuthor, `mirror: "Name <email>" authoring changes author attribution found no audit fact for (Attribution: absent), instead of the GitProvider's committer; needs --author-attribution`)
+	fs.StringVar(&o.SecretHashKeySecret, "secret-hash-key-secret", o.SecretHashKeySecret, `mirror: Secret ("namespace/name", created when missing) holding the key that recognises unchanged Secrets of GitTargets with spec.secrets.mode Encrypt, so they are not re-encrypted after a restart`)
 	o.Attribution.BindFlags(fs)
+}
+
+// secretHashKeyRef parses --secret-hash-key-secret.
+func (o *Options) secretHashKeyRef() (types.NamespacedName, error) {
+	if o.SecretHashKeySecret == "" {
+		return types.NamespacedName{}, nil
+	}
+	ns, name, ok := strings.Cut(o.SecretHashKeySecret, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return types.NamespacedName{}, fmt.Errorf("--secret-hash-key-secret %q: want namespace/name", o.SecretHashKeySecret)
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, nil
 }
 
 // orDefault is v when set, else d (a flag's default shows in --help and the chart's docs).
@@ -148,6 +167,9 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--redis-key-prefix: %w", err))
 	}
 	if err := o.Attribution.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := o.secretHashKeyRef(); err != nil {
 		errs = append(errs, err)
 	}
 	if _, err := o.egressPolicy(); err != nil {
@@ -224,6 +246,14 @@ func SetupWithEngine(mgr ctrl.Manager, o Options) (*engine.Engine, error) {
 		cursors = st
 		redisStore = st
 	}
+	hashKeyRef, err := o.secretHashKeyRef()
+	if err != nil {
+		return nil, err
+	}
+	if hashKeyRef.Name == "" {
+		log.Info("--secret-hash-key-secret is not set: GitTargets writing Secrets encrypted re-encrypt each Secret once after every restart")
+	}
+	hashKeys := &secretcrypt.HashKeys{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(), Ref: hashKeyRef}
 	dyn, err := dynamic.NewForConfig(mgr.GetConfig())
 	if err != nil {
 		return nil, fmt.Errorf("create dynamic client: %w", err)
@@ -237,6 +267,9 @@ func SetupWithEngine(mgr ctrl.Manager, o Options) (*engine.Engine, error) {
 		return nil, err
 	}
 	eng := engine.New(dyn, cursors)
+	if redisStore != nil {
+		eng.SecretCache = redisStore
+	}
 	unattributed, err := o.unattributedAuthor()
 	if err != nil {
 		return nil, err
@@ -258,7 +291,7 @@ func SetupWithEngine(mgr ctrl.Manager, o Options) (*engine.Engine, error) {
 	}
 	disc := &controller.Discovery{Client: dc}
 	recorder := mgr.GetEventRecorder("siteops-mirror")
-	targets := &controller.GitTargetReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Discovery: disc, Engine: eng, Recorder: recorder, CursorsConfigured: cursors != nil, Egress: policy}
+	targets := &controller.GitTargetReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Discovery: disc, Engine: eng, Recorder: recorder, CursorsConfigured: cursors != nil, Egress: policy, HashKeys: hashKeys}
 	eng.OnTargetChange = func(t types.NamespacedName) { targets.Notify(t) }
 	if err := targets.SetupWithManager(mgr); err != nil {
 		return nil, err

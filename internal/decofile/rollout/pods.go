@@ -48,7 +48,8 @@ func selectPods(ctx context.Context, r client.Reader, df *decov1alpha1.Decofile)
 // take a notification now (being deleted, not Running, no IP) or must not get one (hostNetwork).
 func Target(p *corev1.Pod) notify.Pod {
 	c := injectedContainer(p)
-	t := notify.Pod{Name: p.Name, IP: p.Status.PodIP, Port: reloadPort(p, c), MountPath: mountPath(p, c), Token: literalToken(c)}
+	t := notify.Pod{Name: p.Name, IP: p.Status.PodIP, Port: reloadPort(p, c), MountPath: mountPath(p, c), Token: literalToken(c),
+		UID: string(p.UID), AcceptEncoding: p.Annotations[decov1alpha1.AnnotationReloadAcceptEncoding]}
 	switch {
 	case p.DeletionTimestamp != nil:
 		t.SkipReason = "being deleted"

@@ -15,6 +15,7 @@ package attribution
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -287,6 +288,15 @@ func (s *Stream) EnqueueEvent(ctx context.Context, op gitwriter.Op, ev Event) er
 	}
 	if !s.r.admit() {
 		s.r.overflow(s.gvr, ev.UID, ev.RV)
+	// ignoreUsers are users whose changes are not committed (the rules' ignore.users).
+	ignoreUsers []string
+}
+
+// ignored reports whether res names, exactly, a user whose changes are not committed. A weak
+// match (the object's previous writer) never hides a change.
+func (s *Stream) ignored(res Resolved) bool {
+	exact := res.Result == store.AttributionExactUser || res.Result == store.AttributionExactServiceAccount
+	return exact && slices.Contains(s.ignoreUsers, res.Fact.Author)
 		op.Change.Author = nil
 		op.Change.Attribution, op.Change.AuditID = string(store.AttributionAbsent), ""
 		return s.Enqueue(ctx, op)
@@ -338,6 +348,10 @@ func (s *Stream) flush() error {
 	ready := s.takeReady()
 	var firstErr error
 	for _, e := range ready {
+		if s.ignored(res) {
+			// Not committed: only the stream's cursor moves on.
+			e.op = gitwriter.Op{Kind: gitwriter.OpMark, Target: e.op.Target, Cursor: e.op.Cursor}
+		}
 		if e.ctx.Err() != nil {
 			// The watch stream stopped (restart, target removed): drop its op. Its cursor was
 			// never recorded, so the next stream sees the change again, and a late hand-over

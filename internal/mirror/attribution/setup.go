@@ -156,6 +156,7 @@ func (r *Resolver) ConfigureStream(target types.NamespacedName, _ string, cfg *w
 	r.track(target, streamID{cfg.GVR, cfg.Namespace}, s)
 	cfg.Sink = s
 	cfg.SubmitEvent = func(ctx context.Context, op gitwriter.Op, uid types.UID, rv string, exactCapable bool) error {
+	s.ignoreUsers = cfg.IgnoreUsers
 		return s.EnqueueEvent(ctx, op, Event{UID: uid, RV: rv, ExactCapable: exactCapable})
 	}
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/siteops/siteops/internal/mirror/engine"
 	"github.com/siteops/siteops/internal/mirror/gitwriter"
 	"github.com/siteops/siteops/internal/mirror/resolve"
+	"github.com/siteops/siteops/internal/mirror/secretcrypt"
 )
 
 // DefaultCommitWindow applies when a GitTarget sets none.
@@ -58,6 +59,11 @@ type Discovery struct {
 
 // Resolve resolves rules for namespaced or cluster-scoped resources.
 func (d *Discovery) Resolve(rules []mirrorv1alpha1.ResourceRule, namespaced bool) (resolve.Result, error) {
+	return d.ResolveFor(rules, namespaced, false)
+}
+
+// ResolveFor is Resolve for a target that writes Secrets encrypted (secrets true) or not.
+func (d *Discovery) ResolveFor(rules []mirrorv1alpha1.ResourceRule, namespaced, secrets bool) (resolve.Result, error) {
 	d.mu.Lock()
 	maxAge := d.MaxAge
 	if maxAge == 0 {
@@ -73,7 +79,7 @@ func (d *Discovery) Resolve(rules []mirrorv1alpha1.ResourceRule, namespaced bool
 	}
 	g, l := d.groups, d.lists
 	d.mu.Unlock()
-	return resolve.Rules(g, l, rules, namespaced)
+	return resolve.RulesFor(g, l, rules, namespaced, secrets)
 }
 
 // Invalidate drops the cached discovery answer (a new CRD may have appeared).
@@ -98,6 +104,9 @@ type GitTargetReconciler struct {
 	Egress *egress.Policy
 	// Changes carries the engine's status notifications into the work queue.
 	Changes chan event.GenericEvent
+	// HashKeys provides the key of the HMACs that recognise unchanged Secrets of targets that
+	// write Secrets encrypted; nil keeps a random key per process.
+	HashKeys *secretcrypt.HashKeys
 }
 
 // +kubebuilder:rbac:groups=mirror.siteops.dev,resources=gitproviders;gittargets;watchrules;clusterwatchrules,verbs=get;list;watch
@@ -244,7 +253,12 @@ func (r *GitTargetReconciler) desired(ctx context.Context, target *mirrorv1alpha
 	if target.Spec.CommitWindow != nil {
 		window = target.Spec.CommitWindow.Duration
 	}
+	secrets, err := r.secretsSpec(ctx, target)
+	if err != nil {
+		return engine.TargetSpec{}, nil, err
+	}
 	spec := engine.TargetSpec{
+		Secrets: secrets,
 		// A spec this controller has not yet reported on may have moved the files (path, branch,
 		// provider): cursors recorded for the old location must not skip the replay.
 		Replay:        target.Status.ObservedGeneration != 0 && target.Status.ObservedGeneration != target.Generation,
@@ -261,8 +275,9 @@ func (r *GitTargetReconciler) desired(ctx context.Context, target *mirrorv1alpha
 		},
 	}
 	var excluded []mirrorv1alpha1.ExcludedResource
-	add := func(res resolve.Result, ns string) {
+	add := func(res resolve.Result, ns string, ignore *mirrorv1alpha1.IgnoreWriters) {
 		excluded = append(excluded, res.Excluded...)
+		managers, users := ignoreLists(ignore)
 		for _, rs := range res.Resources {
 			s := engine.StreamSpec{GVR: rs.GVR, Namespace: ns}
 			idx := slices.IndexFunc(spec.Streams, func(x engine.StreamSpec) bool { return x.GVR == rs.GVR && x.Namespace == ns })
@@ -273,9 +288,13 @@ func (r *GitTargetReconciler) desired(ctx context.Context, target *mirrorv1alpha
 					}
 				}
 				slices.Sort(spec.Streams[idx].Operations)
+				// A writer is ignored only when every rule selecting the resource ignores it.
+				spec.Streams[idx].IgnoreFieldManagers = intersect(spec.Streams[idx].IgnoreFieldManagers, managers)
+				spec.Streams[idx].IgnoreUsers = intersect(spec.Streams[idx].IgnoreUsers, users)
 				continue
 			}
 			s.Operations = slices.Clone(rs.Operations)
+			s.IgnoreFieldManagers, s.IgnoreUsers = managers, users
 			spec.Streams = append(spec.Streams, s)
 		}
 	}
@@ -288,8 +307,8 @@ func (r *GitTargetReconciler) desired(ctx context.Context, target *mirrorv1alpha
 			continue
 		}
 		// Rules that resolve to nothing report it in their own status.
-		res, _ := r.Discovery.Resolve(rule.Spec.Rules, true)
-		add(res, rule.Namespace)
+		res, _ := r.Discovery.ResolveFor(rule.Spec.Rules, true, secrets != nil)
+		add(res, rule.Namespace, rule.Spec.Ignore)
 	}
 	var crules mirrorv1alpha1.ClusterWatchRuleList
 	if err := r.Client.List(ctx, &crules); err != nil {
@@ -299,8 +318,8 @@ func (r *GitTargetReconciler) desired(ctx context.Context, target *mirrorv1alpha
 		if rule.Spec.TargetRef.Name != target.Name || rule.Spec.TargetRef.Namespace != target.Namespace {
 			continue
 		}
-		res, _ := r.Discovery.Resolve(rule.Spec.Rules, false)
-		add(res, "")
+		res, _ := r.Discovery.ResolveFor(rule.Spec.Rules, false, secrets != nil)
+		add(res, "", rule.Spec.Ignore)
 	}
 	slices.SortFunc(excluded, func(a, b mirrorv1alpha1.ExcludedResource) int {
 		if a.Resource < b.Resource {
@@ -312,6 +331,53 @@ func (r *GitTargetReconciler) desired(ctx context.Context, target *mirrorv1alpha
 	})
 	excluded = slices.Compact(excluded)
 	return spec, excluded, nil
+}
+
+// ignoreLists returns a rule's ignore lists sorted and without duplicates.
+func ignoreLists(ig *mirrorv1alpha1.IgnoreWriters) (managers, users []string) {
+	if ig == nil {
+		return nil, nil
+	}
+	managers, users = slices.Clone(ig.FieldManagers), slices.Clone(ig.Users)
+	slices.Sort(managers)
+	slices.Sort(users)
+	return slices.Compact(managers), slices.Compact(users)
+}
+
+// intersect returns the sorted elements of a that are also in b.
+func intersect(a, b []string) []string {
+	var out []string
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// secretsSpec is the engine's view of spec.secrets: nil unless the target opted in to write
+// Secrets encrypted, with its recipients checked and its HMAC key derived.
+func (r *GitTargetReconciler) secretsSpec(ctx context.Context, target *mirrorv1alpha1.GitTarget) (*engine.SecretsSpec, error) {
+	p := target.Spec.Secrets
+	if p == nil || p.Mode != mirrorv1alpha1.SecretsEncrypt {
+		return nil, nil
+	}
+	var given []string
+	if p.Age != nil {
+		given = p.Age.Recipients
+	}
+	recipients, err := secretcrypt.ParseRecipients(given)
+	if err != nil {
+		return nil, &targetProblem{"SecretsRecipientsInvalid", "spec.secrets: " + err.Error()}
+	}
+	if r.HashKeys == nil {
+		r.HashKeys = &secretcrypt.HashKeys{}
+	}
+	master, err := r.HashKeys.Key(ctx)
+	if err != nil {
+		return nil, &targetProblem{"SecretsHashKeyUnavailable", err.Error()}
+	}
+	return &engine.SecretsSpec{Recipients: recipients, HashKey: secretcrypt.TargetHashKey(master, string(target.UID))}, nil
 }
 
 // BranchAllowed reports whether branch matches one of the globs (path.Match); none allows all.

@@ -74,15 +74,17 @@ func (r *RuleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	prevStatus := *status.DeepCopy()
 	ready := metav1.Condition{Type: mirrorv1alpha1.ConditionReady, ObservedGeneration: obj.GetGeneration()}
-	res, rerr := r.Discovery.Resolve(spec, namespaced)
+	var target mirrorv1alpha1.GitTarget
+	terr := r.Client.Get(ctx, targetKey, &target)
+	// Secrets resolve like any resource for a target that writes them encrypted.
+	secrets := terr == nil && target.Spec.Secrets != nil && target.Spec.Secrets.Mode == mirrorv1alpha1.SecretsEncrypt
+	res, rerr := r.Discovery.ResolveFor(spec, namespaced, secrets)
 	status.ObservedGeneration = obj.GetGeneration()
 	status.Resources = nil
 	for _, rs := range res.Resources {
 		status.Resources = append(status.Resources, rs.GVR.GroupResource().String()+"/"+rs.GVR.Version)
 	}
 	status.Excluded = res.Excluded
-	var target mirrorv1alpha1.GitTarget
-	terr := r.Client.Get(ctx, targetKey, &target)
 	switch {
 	case !r.Cluster && targetKey.Namespace != obj.GetNamespace():
 		ready.Status, ready.Reason = metav1.ConditionFalse, "CrossNamespaceNotAllowed"

@@ -24,6 +24,7 @@ import (
 
 	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
 	"github.com/siteops/siteops/internal/mirror/gitwriter"
+	"github.com/siteops/siteops/internal/mirror/secretcrypt"
 	"github.com/siteops/siteops/internal/mirror/watch"
 )
 
@@ -55,6 +56,28 @@ type StreamSpec struct {
 	GVR        schema.GroupVersionResource
 	Namespace  string
 	Operations []mirrorv1alpha1.Operation
+	// IgnoreFieldManagers and IgnoreUsers are writers whose changes are not committed (the
+	// rules' ignore lists; see watch.Config).
+	IgnoreFieldManagers []string
+	IgnoreUsers         []string
+}
+
+func sameStream(a, b StreamSpec) bool {
+	return slices.Equal(a.Operations, b.Operations) && slices.Equal(a.IgnoreFieldManagers, b.IgnoreFieldManagers) && slices.Equal(a.IgnoreUsers, b.IgnoreUsers)
+}
+
+// SecretsSpec makes a target write Secrets, SOPS-encrypted to Recipients (sorted, see
+// secretcrypt.ParseRecipients); HashKey keys the HMAC that recognises unchanged Secrets.
+type SecretsSpec struct {
+	Recipients []string
+	HashKey    []byte
+}
+
+func sameSecrets(a, b *SecretsSpec) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return slices.Equal(a.Recipients, b.Recipients) && string(a.HashKey) == string(b.HashKey)
 }
 
 // TargetSpec is the desired state of one GitTarget.
@@ -67,6 +90,8 @@ type TargetSpec struct {
 	// Replay makes streams started by this Apply ignore their cursors: the target's spec
 	// changed since its cursors were recorded (a new path, branch or repository).
 	Replay bool
+	// Secrets, when set, writes the Secrets the streams select, encrypted; nil never does.
+	Secrets *SecretsSpec
 }
 
 // TargetStatus is what the engine observes for one target.
@@ -91,6 +116,7 @@ func (r *runner) stop() { r.cancel(); <-r.done }
 
 type targetRun struct {
 	spec    TargetSpec
+	secrets *secretcrypt.Encrypter
 	writer  string
 	streams map[streamKey]*runner
 	specs   map[streamKey]StreamSpec
@@ -136,6 +162,9 @@ type Engine struct {
 	// StreamHook, when set, adjusts every watch stream's config before it starts: per-event
 	// author resolution wraps cfg.Sink and sets cfg.SubmitEvent here. uid is the GitTarget's.
 	StreamHook func(target types.NamespacedName, uid string, cfg *watch.Config)
+	// SecretCache, when set, remembers the ciphertexts of encrypted Secrets across restarts
+	// (Redis), so an unchanged Secret is not re-encrypted into a new diff.
+	SecretCache secretcrypt.Cache
 
 	mu      sync.Mutex
 	statsMu sync.Mutex
@@ -201,12 +230,15 @@ func (e *Engine) Apply(target types.NamespacedName, spec TargetSpec) error {
 	}
 	t := e.targets[target]
 	wk := writerKey(target, spec.Writer)
-	if t != nil && (t.writer != wk || t.spec.UID != spec.UID || t.spec.Path != spec.Path || t.spec.IgnoreDeletes != spec.IgnoreDeletes) {
+	if t != nil && (t.writer != wk || t.spec.UID != spec.UID || t.spec.Path != spec.Path || t.spec.IgnoreDeletes != spec.IgnoreDeletes || !sameSecrets(t.spec.Secrets, spec.Secrets)) {
 		e.removeLocked(target)
 		t = nil
 	}
 	if t == nil {
 		t = &targetRun{streams: map[streamKey]*runner{}, specs: map[streamKey]StreamSpec{}, replays: map[string]int{}}
+		if spec.Secrets != nil {
+			t.secrets = secretcrypt.New(spec.UID, spec.Secrets.Recipients, spec.Secrets.HashKey, e.SecretCache)
+		}
 		e.targets[target] = t
 	}
 	t.spec, t.writer = spec, wk
@@ -234,7 +266,7 @@ func (e *Engine) Apply(target types.NamespacedName, spec TargetSpec) error {
 	}
 	var stale []streamKey
 	for k := range t.streams {
-		if s, ok := want[k]; !ok || !slices.Equal(s.Operations, t.specs[k].Operations) {
+		if s, ok := want[k]; !ok || !sameStream(s, t.specs[k]) {
 			stale = append(stale, k)
 		}
 	}
@@ -395,6 +427,10 @@ func (e *Engine) startStream(target types.NamespacedName, t *targetRun, wr *writ
 	}
 	if e.cursors != nil {
 		cfg.Cursors = e.cursors
+	}
+	cfg.IgnoreFieldManagers, cfg.IgnoreUsers = s.IgnoreFieldManagers, s.IgnoreUsers
+	if t.secrets != nil {
+		cfg.Secrets = t.secrets
 	}
 	if e.StreamHook != nil {
 		e.StreamHook(target, t.spec.UID, &cfg)

@@ -38,7 +38,7 @@ type Result struct {
 
 // Reasons for excluded resources.
 const (
-	ReasonSecret = "Secrets are never written in plaintext"
+	ReasonSecret = "Secrets are never written in plaintext (the GitTarget's spec.secrets can write them encrypted)"
 	ReasonNoisy  = "noisy type (changes constantly or is owned by a controller)"
 )
 
@@ -67,6 +67,12 @@ func Discover(d discovery.DiscoveryInterface) ([]*metav1.APIGroup, []*metav1.API
 // Rules resolves rules against discovered groups and resources. namespaced selects namespaced
 // resources (WatchRule) or cluster-scoped ones (ClusterWatchRule).
 func Rules(groups []*metav1.APIGroup, lists []*metav1.APIResourceList, rules []mirrorv1alpha1.ResourceRule, namespaced bool) (Result, error) {
+	return RulesFor(groups, lists, rules, namespaced, false)
+}
+
+// RulesFor is Rules for a GitTarget that writes Secrets encrypted (secrets true), whose rules
+// resolve Secrets like any other resource.
+func RulesFor(groups []*metav1.APIGroup, lists []*metav1.APIResourceList, rules []mirrorv1alpha1.ResourceRule, namespaced, secrets bool) (Result, error) {
 	preferred := map[string]string{}
 	for _, g := range groups {
 		preferred[g.Name] = g.PreferredVersion.Version
@@ -97,7 +103,7 @@ func Rules(groups []*metav1.APIGroup, lists []*metav1.APIResourceList, rules []m
 				}
 				matched = true
 				switch {
-				case gr == schema.GroupResource{Resource: "secrets"}:
+				case gr == schema.GroupResource{Resource: "secrets"} && !secrets:
 					excluded[grString(gr)] = ReasonSecret
 					continue
 				case noisy[gr]:

@@ -228,3 +228,62 @@ func TestClusterWatchRuleChecked(t *testing.T) {
 		t.Fatalf("a ClusterWatchRule over namespaces, which the user may list and watch, was refused: %v", err)
 	}
 }
+
+// TestSecretsRuleNeedsSecretRead: a rule selecting Secrets (mirrored encrypted when its
+// GitTarget opts in) needs get, list and watch on Secrets. A user who may create WatchRules and
+// list and watch Secrets but not get them is refused, by name or through a wildcard; a tenant
+// bound to edit (which reads Secrets) is not.
+func TestSecretsRuleNeedsSecretRead(t *testing.T) {
+	c := testenv.APIServer(t)
+	startMirror(t, c)
+	tenant := c.Tenant(t, "sec", nil)
+	ctx := context.Background()
+	name := "nosecrets-" + testenv.Name(t)
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: tenant.Namespace, Name: name},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{mirrorv1alpha1.GroupVersion.Group}, Resources: []string{"watchrules"}, Verbs: []string{"create", "get", "update"}},
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"list", "watch"}},
+		},
+	}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: tenant.Namespace, Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: name}},
+	}
+	for _, o := range []client.Object{role, binding} {
+		if err := c.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u, err := c.Env.AddUser(envtest.User{Name: name}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.New(u.Config(), client.Options{Scheme: c.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, func() error {
+		if !may(t, c, name, "create", mirrorv1alpha1.GroupVersion.Group, "watchrules", tenant.Namespace) {
+			return fmt.Errorf("binding of %s not in effect yet", name)
+		}
+		return nil
+	})
+	if may(t, c, name, "get", "", "secrets", tenant.Namespace) || !may(t, c, name, "list", "", "secrets", tenant.Namespace) {
+		t.Fatal("the user's access to Secrets is not list and watch without get")
+	}
+
+	err = cl.Create(ctx, watchRule(tenant.Namespace, "secrets", rule("", "secrets")))
+	refused(t, err, "secrets", "get, list and watch", tenant.Namespace)
+	err = cl.Create(ctx, watchRule(tenant.Namespace, "core", rule("", "*")))
+	refused(t, err, "secrets")
+	if err := cl.Create(ctx, watchRule(tenant.Namespace, "cms", rule("", "configmaps"))); err != nil {
+		t.Fatalf("a rule over ConfigMaps was refused: %v", err)
+	}
+	// edit reads Secrets: the tenant may mirror them (encrypted, when its target opts in).
+	if err := tenant.Client.Create(ctx, watchRule(tenant.Namespace, "tenant-secrets", rule("", "secrets"))); err != nil {
+		t.Fatalf("a rule over Secrets by a tenant that may read them was refused: %v", err)
+	}
+}

@@ -38,6 +38,20 @@ import (
 // verbs are the access a user needs on a resource for a rule to mirror it: what the mirror does.
 var verbs = []string{"list", "watch"}
 
+// secretVerbs are the access a user needs for a rule to mirror Secrets (encrypted, when its
+// GitTarget opts in): every read, since a Secret's values are what reading it is about.
+var secretVerbs = []string{"get", "list", "watch"}
+
+var secretsResource = schema.GroupResource{Resource: "secrets"}
+
+// verbsFor returns the verbs checked for gr.
+func verbsFor(gr schema.GroupResource) []string {
+	if gr == secretsResource {
+		return secretVerbs
+	}
+	return verbs
+}
+
 // ReviewCreator creates SubjectAccessReviews (a controller-runtime client).
 type ReviewCreator interface {
 	Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error
@@ -110,8 +124,12 @@ func (c *Checker) Handle(ctx context.Context, req admission.Request) admission.R
 			where = "in namespace " + ns
 		}
 		log.Info("refused: the user may not read what the rule selects", "resources", denied)
+		need := strings.Join(verbs, " and ")
+		if slices.Contains(denied, secretsResource.String()) {
+			need = strings.Join(secretVerbs[:len(secretVerbs)-1], ", ") + " and " + secretVerbs[len(secretVerbs)-1]
+		}
 		return admission.Denied(fmt.Sprintf("a %s may only mirror what its author may read: %s may not %s %s %s",
-			kind, req.UserInfo.Username, strings.Join(verbs, " and "), strings.Join(denied, ", "), where))
+			kind, req.UserInfo.Username, need, strings.Join(denied, ", "), where))
 	}
 	Reviews.WithLabelValues(kind, ResultAllowed).Inc()
 	return admission.Allowed("")
@@ -151,7 +169,8 @@ func specOf(raw []byte) (spec, error) {
 
 // selected is what the rules read: every resource they resolve to now, and every group/resource
 // they name explicitly (so a rule naming a resource whose API is not served yet is checked
-// before that API appears). Resources the mirror never reads (Secrets, noisy types) are left out.
+// before that API appears). Secrets are checked: any GitTarget may opt in to write them
+// (encrypted), now or later. Resources the mirror never reads (noisy types) are left out.
 func (c *Checker) selected(rules []mirrorv1alpha1.ResourceRule, namespaced bool) ([]access, error) {
 	groups, lists, err := resolve.Discover(c.Discovery)
 	if err != nil {
@@ -159,7 +178,7 @@ func (c *Checker) selected(rules []mirrorv1alpha1.ResourceRule, namespaced bool)
 	}
 	// A rule that matches nothing yet is not an error here: the rule controller reports it, and
 	// the names it gives are checked below.
-	res, _ := resolve.Rules(groups, lists, rules, namespaced)
+	res, _ := resolve.RulesFor(groups, lists, rules, namespaced, true)
 	excluded := map[string]bool{}
 	for _, e := range res.Excluded {
 		excluded[e.Resource] = true
@@ -179,9 +198,6 @@ func (c *Checker) selected(rules []mirrorv1alpha1.ResourceRule, namespaced bool)
 				gr := schema.GroupResource{Group: g, Resource: name}
 				if g == "*" || name == "*" || strings.Contains(name, "/") || seen[gr] || excluded[gr.String()] {
 					continue
-				}
-				if gr == (schema.GroupResource{Resource: "secrets"}) {
-					continue // never mirrored: see resolve.ReasonSecret
 				}
 				seen[gr] = true
 				out = append(out, access{gr: gr})
@@ -211,7 +227,7 @@ func (c *Checker) review(ctx context.Context, user authenticationv1.UserInfo, na
 		sem    = make(chan struct{}, limit)
 	)
 	for _, t := range targets {
-		for _, verb := range verbs {
+		for _, verb := range verbsFor(t.gr) {
 			wg.Add(1)
 			sem <- struct{}{}
 			go func() {

@@ -28,12 +28,16 @@ func TargetHashKey(master []byte, targetUID string) []byte {
 	return h.Sum(nil)
 }
 
+// The hash key Secret is read and, the first time, created.
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create
+
 // HashKeys loads the manager's hash key once, from a Secret it creates when missing. Without a
 // Secret (Ref empty) the key is random and lives as long as the process: the mirror still
 // never commits plaintext, but after a restart every Secret is re-encrypted once.
 type HashKeys struct {
-	// Client reads and creates the Secret (uncached: the manager does not cache Secrets).
-	Client client.Client
+	// Reader reads the Secret (uncached: the manager does not cache Secrets); Writer creates it.
+	Reader client.Reader
+	Writer client.Writer
 	// Ref names the Secret; empty keeps the key in memory only.
 	Ref types.NamespacedName
 
@@ -66,7 +70,7 @@ func (k *HashKeys) Key(ctx context.Context) ([]byte, error) {
 
 func (k *HashKeys) load(ctx context.Context) ([]byte, error) {
 	var s corev1.Secret
-	err := k.Client.Get(ctx, k.Ref, &s)
+	err := k.Reader.Get(ctx, k.Ref, &s)
 	switch {
 	case err == nil:
 		key := s.Data[HashKeyField]
@@ -86,7 +90,7 @@ func (k *HashKeys) load(ctx context.Context) ([]byte, error) {
 		Type:       corev1.SecretTypeOpaque,
 		Data:       map[string][]byte{HashKeyField: key},
 	}
-	if err := k.Client.Create(ctx, &s); err != nil {
+	if err := k.Writer.Create(ctx, &s); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			// Another replica made it first: use theirs.
 			return k.load(ctx)

@@ -66,6 +66,20 @@ type Config struct {
 	// whose resourceVersion never matches the deleting request's. Marks, sweeps and replayed
 	// objects always go to Sink, which must share SubmitEvent's ordering.
 	SubmitEvent func(ctx context.Context, op gitwriter.Op, uid types.UID, rv string, exactCapable bool) error
+	// Secrets, when set, writes Secrets encrypted by it (the GitTarget opted in); without it
+	// Secrets are never written.
+	Secrets Encrypter
+	// IgnoreFieldManagers are managers whose writes are not committed: an object whose last
+	// writer (see LastWriter) is one of them is not written. Removals are always written.
+	IgnoreFieldManagers []string
+	// IgnoreUsers are users whose changes are not committed; author resolution (SubmitEvent's
+	// implementation) applies them, as only the audit fact names the user.
+	IgnoreUsers []string
+}
+
+// Encrypter turns a sanitized Secret into the file written for it (secretcrypt.Encrypter).
+type Encrypter interface {
+	Encrypt(ctx context.Context, path string, plaintext []byte) ([]byte, error)
 }
 
 // Stream is one running watch.
@@ -303,6 +317,8 @@ func (s *Stream) watch(ctx context.Context, rv string) (string, bool, error) {
 	}
 }
 
+var secretsResource = schema.GroupResource{Resource: "secrets"}
+
 func (s *Stream) cursor(rv string) gitwriter.Cursor {
 	return gitwriter.Cursor{TargetUID: s.cfg.TargetUID, GVR: s.cfg.GVR, Namespace: s.cfg.Namespace, RV: rv}
 }
@@ -329,9 +345,16 @@ func (s *Stream) handle(ctx context.Context, typ watch.EventType, obj *unstructu
 		// updates (operations filter) but whose object still exists.
 		keep[path] = struct{}{}
 	}
-	if reason := sanitize.SkipReason(s.gr, obj); reason != "" {
+	secret := s.gr == secretsResource
+	if reason := sanitize.SkipReason(s.gr, obj); reason != "" && (!secret || s.cfg.Secrets == nil) {
 		metrics.Events.WithLabelValues("skipped").Inc()
 		return s.cfg.Sink.Enqueue(ctx, mark)
+	}
+	if !deleted && len(s.cfg.IgnoreFieldManagers) > 0 {
+		if w := LastWriter(obj); w != "" && slices.Contains(s.cfg.IgnoreFieldManagers, w) {
+			metrics.Events.WithLabelValues("ignored").Inc()
+			return s.cfg.Sink.Enqueue(ctx, mark)
+		}
 	}
 	var op mirrorv1alpha1.Operation
 	switch {
@@ -359,6 +382,14 @@ func (s *Stream) handle(ctx context.Context, typ watch.EventType, obj *unstructu
 		// A malformed object must not stop the stream: log it and move on.
 		logf.FromContext(ctx).Error(err, "sanitize object; skipped", "name", obj.GetName())
 		return s.cfg.Sink.Enqueue(ctx, mark)
+	}
+	if secret {
+		// Only the ciphertext leaves this function; errors never carry the plaintext.
+		if content, err = s.cfg.Secrets.Encrypt(ctx, path, content); err != nil {
+			logf.FromContext(ctx).Error(err, "encrypt Secret; skipped", "name", obj.GetName())
+			metrics.Events.WithLabelValues("skipped").Inc()
+			return s.cfg.Sink.Enqueue(ctx, mark)
+		}
 	}
 	return submit(ctx, gitwriter.Op{Kind: gitwriter.OpUpsert, Change: gitwriter.Change{Path: path, Content: content, Ref: ref, Received: now}, Cursor: cursor})
 }
