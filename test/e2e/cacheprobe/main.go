@@ -1,0 +1,82 @@
+// Command cacheprobe is what a tenant's pod does with the Valkey credentials the injection
+// webhook gives it: it authenticates with LOADER_CACHE_REDIS_USERNAME and
+// LOADER_CACHE_REDIS_PASSWORD, writes and reads a key of its own, tries another tenant's key, and
+// prints one line with each answer. The end-to-end test runs it as a pod (its image has no shell
+// and no redis-cli) and reads the line from the pod's log. It then waits to be stopped, so a
+// Deployment does not restart it.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Result is the line the probe prints, as JSON.
+type Result struct {
+	// User is the username the pod was given.
+	User string `json:"user"`
+	// Auth is "ok" or the error of authenticating.
+	Auth string `json:"auth"`
+	// OwnWrite and OwnRead are the answers for the key <user>:probe.
+	OwnWrite string `json:"ownWrite"`
+	OwnRead  string `json:"ownRead"`
+	// OtherRead and OtherWrite are the answers for the other tenant's key.
+	OtherRead  string `json:"otherRead"`
+	OtherWrite string `json:"otherWrite"`
+}
+
+func main() {
+	addr := flag.String("addr", "", "host:port of the Valkey server")
+	other := flag.String("other-key", "", "a key of another tenant")
+	flag.Parse()
+	r := run(*addr, *other)
+	b, _ := json.Marshal(r)
+	fmt.Println("cacheprobe " + string(b))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	<-ctx.Done()
+}
+
+func run(addr, other string) Result {
+	r := Result{User: os.Getenv("LOADER_CACHE_REDIS_USERNAME")}
+	c := redis.NewClient(&redis.Options{
+		Addr: addr, Username: r.User, Password: os.Getenv("LOADER_CACHE_REDIS_PASSWORD"),
+		DialTimeout: 3 * time.Second, MaxRetries: -1,
+	})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r.Auth = answer(c.Ping(ctx).Err())
+	own := r.User + ":probe"
+	r.OwnWrite = answer(c.Set(ctx, own, "written by the tenant's pod", 0).Err())
+	v, err := c.Get(ctx, own).Result()
+	r.OwnRead = answer(err)
+	if err == nil {
+		r.OwnRead = v
+	}
+	r.OtherRead = answer(c.Get(ctx, other).Err())
+	r.OtherWrite = answer(c.Set(ctx, other, "overwritten", 0).Err())
+	return r
+}
+
+// answer is "ok" or the server's error (its first word is the error code, e.g. NOPERM).
+func answer(err error) string {
+	var re redis.Error
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.As(err, &re):
+		return re.Error()
+	default:
+		return "error: " + err.Error()
+	}
+}
