@@ -3,11 +3,13 @@
 package decofile
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -18,6 +20,7 @@ import (
 	"github.com/siteops/siteops/internal/decofile/encode"
 	"github.com/siteops/siteops/internal/decofile/inject"
 	"github.com/siteops/siteops/internal/decofile/notify"
+	"github.com/siteops/siteops/internal/decofile/push"
 	"github.com/siteops/siteops/internal/decofile/rollout"
 	"github.com/siteops/siteops/internal/decofile/s3target"
 	"github.com/siteops/siteops/internal/decofile/source"
@@ -37,6 +40,49 @@ type Options struct {
 	Delivery DeliveryOptions
 	// S3 configures the s3 target (--s3-*); without a bucket the target is off.
 	S3 s3target.Config
+	// Push configures the push event receiver (--push-webhook-*).
+	Push PushOptions
+}
+
+// PushOptions are the push event receiver's flags.
+type PushOptions struct {
+	// BindAddress is where push events are received; "" or "0" turns the receiver off.
+	BindAddress string
+	// SecretFile holds the shared secret; when empty, EnvPushWebhookSecret is read.
+	SecretFile string
+	// MaxBodyBytes, Rate, Burst bound requests; MaxPerNamespace bounds the Decofiles of one
+	// namespace one push reconciles.
+	MaxBodyBytes    int64
+	Rate            int
+	Burst           int
+	MaxPerNamespace int
+}
+
+// EnvPushWebhookSecret holds the push receiver's secret when --push-webhook-secret-file is not set.
+const EnvPushWebhookSecret = "PUSH_WEBHOOK_SECRET"
+
+// Enabled reports whether the receiver runs.
+func (p PushOptions) Enabled() bool { return p.BindAddress != "" && p.BindAddress != "0" }
+
+// secret reads the shared secret from the file or the environment, trimmed of surrounding
+// whitespace (a trailing newline in a Secret is common).
+func (p PushOptions) secret() ([]byte, error) {
+	if p.SecretFile == "" {
+		v := strings.TrimSpace(os.Getenv(EnvPushWebhookSecret))
+		if v == "" {
+			return nil, fmt.Errorf("--push-webhook-bind-address is set but there is no secret: set --push-webhook-secret-file or %s", EnvPushWebhookSecret)
+		}
+		return []byte(v), nil
+	}
+	raw, err := os.ReadFile(p.SecretFile)
+	if err != nil {
+		return nil, fmt.Errorf("--push-webhook-secret-file: %w", err)
+	}
+	v := bytes.TrimSpace(raw)
+	if len(v) == 0 {
+		return nil, fmt.Errorf("--push-webhook-secret-file %s is empty", p.SecretFile)
+	}
+	return v, nil
 }
 
 // DeliveryOptions are the delivery controller's flags.
@@ -48,6 +94,10 @@ type DeliveryOptions struct {
 	// GitHubTokenGrants ("namespace=org/repo" or "namespace=org/*") grant namespaces repositories
 	// for GITHUB_TOKEN, besides the Namespace annotation deco.sites/github-repos.
 	GitHubTokenGrants []string
+	// GitHubAppID and GitHubAppPrivateKeyFile identify the operator's GitHub App, whose
+	// installation tokens are lent like GITHUB_TOKEN (same orgs and grants), one repository each.
+	GitHubAppID             int64
+	GitHubAppPrivateKeyFile string
 	// SourceTimeout bounds each network operation of a source (resolve, download).
 	SourceTimeout time.Duration
 	// SourceAllowedSchemes are the URL schemes sources may use (https and ssh by default).
@@ -88,6 +138,18 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	o.bindRolloutFlags(fs)
 	o.bindDeliveryFlags(fs)
 	o.S3.BindFlags(fs)
+	o.bindPushFlags(fs)
+}
+
+// bindPushFlags registers the push receiver's flags.
+func (o *Options) bindPushFlags(fs *pflag.FlagSet) {
+	p := &o.Push
+	fs.StringVar(&p.BindAddress, "push-webhook-bind-address", orDefault(p.BindAddress, "0"), "address receiving push events from GitHub, Gitea, Forgejo and GitLab at "+push.Path+" (\"0\": off)")
+	fs.StringVar(&p.SecretFile, "push-webhook-secret-file", p.SecretFile, "file holding the secret push events are signed with (GitLab: the X-Gitlab-Token); default: the "+EnvPushWebhookSecret+" environment variable")
+	fs.Int64Var(&p.MaxBodyBytes, "push-webhook-max-body-bytes", orDefault(p.MaxBodyBytes, push.DefaultMaxBodyBytes), "largest push event body accepted")
+	fs.IntVar(&p.Rate, "push-webhook-rate", orDefault(p.Rate, push.DefaultRate), "push events accepted per second, from all senders together (more are refused with 429; polling catches up)")
+	fs.IntVar(&p.Burst, "push-webhook-burst", orDefault(p.Burst, push.DefaultBurst), "push events accepted at once above --push-webhook-rate")
+	fs.IntVar(&p.MaxPerNamespace, "push-webhook-max-per-namespace", orDefault(p.MaxPerNamespace, controller.DefaultPushMaxPerNamespace), "Decofiles of one namespace one push event reconciles at once (the others follow at their interval)")
 }
 
 // bindDeliveryFlags registers the delivery controller's flags.
@@ -97,6 +159,8 @@ func (o *Options) bindDeliveryFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&d.GitHubArchiveURL, "github-archive-url", orDefault(d.GitHubArchiveURL, source.DefaultGitHubArchiveURL), "base URL serving <org>/<repo>/zip/<sha> archives")
 	fs.StringSliceVar(&d.GitHubTokenOrgs, "github-token-orgs", d.GitHubTokenOrgs, "GitHub orgs whose Decofiles may use the operator's GITHUB_TOKEN when they name no Secret (\"*\": any org; default: none); each namespace also needs a grant")
 	fs.StringSliceVar(&d.GitHubTokenGrants, "github-token-grants", d.GitHubTokenGrants, "repositories namespaces may read with GITHUB_TOKEN, as namespace=org/repo or namespace=org/* (besides the Namespace annotation deco.sites/github-repos)")
+	fs.Int64Var(&d.GitHubAppID, "github-app-id", d.GitHubAppID, "ID of the operator's GitHub App; its installation tokens, each scoped to one repository, are used like GITHUB_TOKEN (same --github-token-orgs and grants) and before it")
+	fs.StringVar(&d.GitHubAppPrivateKeyFile, "github-app-private-key-file", d.GitHubAppPrivateKeyFile, "PEM private key of the GitHub App named by --github-app-id (mount it from a Secret)")
 	fs.DurationVar(&d.SourceTimeout, "source-timeout", orDefault(d.SourceTimeout, source.DefaultTimeout), "time one network operation of a Decofile source (resolving a ref, downloading content) may take")
 	fs.StringSliceVar(&d.SourceAllowedSchemes, "source-allowed-schemes", orDefaultSlice(d.SourceAllowedSchemes, egress.DefaultSchemes), "URL schemes Decofile sources may use (https, ssh, http, file)")
 	fs.StringSliceVar(&d.SourceAllowedHosts, "source-allowed-hosts", d.SourceAllowedHosts, "hosts, host:port pairs, IPs and CIDRs Decofile sources may reach even when loopback, link-local or private")
@@ -163,6 +227,14 @@ func (o *Options) Validate() error {
 	if d.SourceTimeout < 0 {
 		errs = append(errs, errors.New("--source-timeout must not be negative"))
 	}
+	if p := o.Push; p.Enabled() {
+		if _, err := p.secret(); err != nil {
+			errs = append(errs, err)
+		}
+		if p.MaxBodyBytes < 0 || p.Rate < 0 || p.Burst < 0 || p.MaxPerNamespace < 0 {
+			errs = append(errs, errors.New("--push-webhook-max-body-bytes, --push-webhook-rate, --push-webhook-burst and --push-webhook-max-per-namespace must not be negative"))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -178,10 +250,21 @@ func (d DeliveryOptions) controllerOptions() (controller.Options, error) {
 	if err != nil {
 		return controller.Options{}, fmt.Errorf("--github-token-grants: %w", err)
 	}
+	tokens := source.TokenPolicy{Fallback: os.Getenv("GITHUB_TOKEN"), AllowedOrgs: d.GitHubTokenOrgs, Grants: grants}
+	if (d.GitHubAppID != 0) != (d.GitHubAppPrivateKeyFile != "") {
+		return controller.Options{}, errors.New("--github-app-id and --github-app-private-key-file go together: set both or neither")
+	}
+	if d.GitHubAppID != 0 {
+		key, err := source.LoadGitHubAppKey(d.GitHubAppPrivateKeyFile)
+		if err != nil {
+			return controller.Options{}, fmt.Errorf("--github-app-private-key-file: %w", err)
+		}
+		tokens.App = &source.GitHubApp{ID: d.GitHubAppID, Key: key, APIURL: d.GitHubAPIURL, Egress: policy, Timeout: d.SourceTimeout}
+	}
 	return controller.Options{
 		GitHub:                  &source.GitHub{APIURL: d.GitHubAPIURL, ArchiveURL: d.GitHubArchiveURL, Limits: d.Limits, Egress: policy, Timeout: d.SourceTimeout},
 		Git:                     &source.Git{Limits: d.Limits, Egress: policy, Timeout: d.SourceTimeout},
-		Tokens:                  source.TokenPolicy{Fallback: os.Getenv("GITHUB_TOKEN"), AllowedOrgs: d.GitHubTokenOrgs, Grants: grants},
+		Tokens:                  tokens,
 		Encode:                  encode.Options{Threshold: d.CompressionThreshold},
 		MaxConcurrentReconciles: d.Concurrency,
 	}, nil
@@ -226,11 +309,38 @@ func Setup(mgr ctrl.Manager, o Options) error {
 			return fmt.Errorf("set up Decofile injection webhook: %w", err)
 		}
 	}
+	if o.Push.Enabled() {
+		if err := setupPush(mgr, o.Push, &delivery); err != nil {
+			return err
+		}
+	}
 	if err := controller.Setup(mgr, delivery); err != nil {
 		return fmt.Errorf("set up Decofile delivery controller: %w", err)
 	}
 	if err := rollout.Setup(mgr, o.Rollout); err != nil {
 		return fmt.Errorf("set up Decofile rollout controller: %w", err)
+	}
+	return nil
+}
+
+// setupPush adds the push receiver to mgr and the push trigger to the delivery controller.
+func setupPush(mgr ctrl.Manager, p PushOptions, delivery *controller.Options) error {
+	secret, err := p.secret()
+	if err != nil {
+		return err
+	}
+	trigger, err := controller.NewPushTrigger(context.Background(), mgr, p.MaxPerNamespace)
+	if err != nil {
+		return err
+	}
+	delivery.Push = trigger
+	rcv, err := push.NewReceiver(push.Config{Addr: p.BindAddress, Secret: secret, Trigger: trigger,
+		MaxBodyBytes: p.MaxBodyBytes, Rate: float64(p.Rate), Burst: p.Burst})
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(rcv); err != nil {
+		return fmt.Errorf("add the push receiver: %w", err)
 	}
 	return nil
 }

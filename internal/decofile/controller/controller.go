@@ -94,6 +94,8 @@ type Options struct {
 	MaxConcurrentReconciles int
 	// S3 stores s3-target Decofiles; nil means the s3 target is not configured.
 	S3 ObjectStore
+	// Push, when set, reconciles the Decofiles a push event names at once (NewPushTrigger).
+	Push *PushTrigger
 }
 
 // Reconciler delivers Decofiles into ConfigMaps.
@@ -137,6 +139,9 @@ func Setup(mgr ctrl.Manager, o Options) error {
 			githubRequestsTotal.WithLabelValues(kind, strconv.Itoa(code)).Inc()
 		}
 	}
+	if app, ok := o.Tokens.App.(*source.GitHubApp); ok && app.Observe == nil {
+		app.Observe = o.GitHub.Observe // kinds app-installation and app-token
+	}
 	if o.MaxConcurrentReconciles <= 0 {
 		o.MaxConcurrentReconciles = 4
 	}
@@ -152,7 +157,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		UpdateFunc:  func(event.UpdateEvent) bool { return false },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("decofile-delivery").
 		// Only spec changes (generation) and annotation changes (a forced refresh) start a
 		// reconcile: this controller's own status writes, and the rollout controller's, do not.
@@ -165,8 +170,12 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		// goes away or changes its deploymentId.
 		Watches(&decov1.Decofile{}, handler.EnqueueRequestsFromMapFunc(r.sharingDeploymentID),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: o.MaxConcurrentReconciles}).
-		Complete(r)
+		WithOptions(controller.Options{MaxConcurrentReconciles: o.MaxConcurrentReconciles})
+	if o.Push != nil {
+		// Push events: the Decofiles following the pushed ref, found through the source index.
+		b = b.WatchesRawSource(o.Push.source())
+	}
+	return b.Complete(r)
 }
 
 // outcome is what one reconcile decided, before it is recorded in status.
@@ -214,6 +223,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	next := df.Status.DeepCopy()
 	next.ObservedGeneration = df.Generation
+	// A requested reconcile (deco.sites/reconcile-requested-at) is handled by this one,
+	// whatever its outcome: the source is re-resolved below.
+	requested := df.Annotations[decov1.AnnotationReconcileRequestedAt]
+	if requested != "" {
+		next.LastHandledReconcileAt = requested
+	}
 	var out outcome
 	if !supported {
 		// Another operator serves this target: nothing is fetched, written or deleted.
@@ -226,6 +241,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		out = r.deliver(ctx, &df, next)
 	}
 	if out.known {
+		if requested != "" && requested != df.Status.LastHandledReconcileAt {
+			handled := df.Status.DeepCopy()
+			handled.LastHandledReconcileAt = requested
+			if err := r.patchStatus(ctx, &df, handled); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
 		reconcilesTotal.WithLabelValues("unchanged").Inc()
 		return ctrl.Result{RequeueAfter: pollInterval(&df)}, nil
 	}
@@ -676,6 +698,7 @@ func apply(s, next *decov1.DecofileStatus) {
 			meta.SetStatusCondition(&s.Conditions, *c)
 		} else {
 			meta.RemoveStatusCondition(&s.Conditions, t)
+	s.LastHandledReconcileAt = next.LastHandledReconcileAt
 		}
 	}
 }

@@ -47,6 +47,14 @@ const (
 type env struct {
 	c  *testenv.Cluster
 	gh *ghtest.Server
+	// pushURL is the push receiver of the package's manager (secret pushSecret).
+	pushURL string
+	push    *controller.PushTrigger
+}
+
+func (e *env) trigger(t *testing.T) *controller.PushTrigger {
+	t.Helper()
+	return e.push
 }
 
 var (
@@ -71,10 +79,13 @@ func start(t *testing.T) *env {
 			t.Fatal(err)
 		}
 		limits := source.Limits{ArchiveBytes: maxArchiveBytes, DecompressedBytes: maxContentBytes}
+		trigger, pushURL := startPush(t, mgr)
+		app := installApp(t, gh)
 		err = controller.Setup(mgr, controller.Options{
+			Push:   trigger,
 			GitHub: &source.GitHub{APIURL: gh.APIURL, ArchiveURL: gh.ArchiveURL, Limits: limits, Egress: testEgress, Timeout: sourceTimeout},
 			Git:    &source.Git{Limits: limits, Egress: testEgress, Timeout: sourceTimeout},
-			Tokens: source.TokenPolicy{Fallback: fallbackToken, AllowedOrgs: []string{allowedOrg}},
+			Tokens: source.TokenPolicy{Fallback: fallbackToken, AllowedOrgs: []string{allowedOrg, appOrg}, App: app},
 			Encode: encode.Options{Threshold: testThreshold, Limit: testLimit},
 		})
 		if err != nil {
@@ -85,7 +96,7 @@ func start(t *testing.T) *env {
 				panic(fmt.Sprintf("manager stopped: %v", err))
 			}
 		}()
-		sharedEnv = &env{c: c, gh: gh}
+		sharedEnv = &env{c: c, gh: gh, pushURL: pushURL, push: trigger}
 	})
 	if sharedEnv == nil {
 		t.Fatal("manager did not start")
