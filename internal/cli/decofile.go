@@ -4,6 +4,6 @@ import "github.com/spf13/cobra"
 
 func newDecofileCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "decofile", Aliases: []string{"df"}, Short: "Build, inspect and follow Decofiles"}
-	cmd.AddCommand(newDecofileBuildCommand(), newDecofileWaitCommand())
+	cmd.AddCommand(newDecofileBuildCommand(), newDecofileWaitCommand(), newDecofileReconcileCommand())
 	return cmd
 }
