@@ -240,6 +240,12 @@ func (s *site) editAndRollout(run Runner) func(context.Context, *devenv.Env, io.
 		}
 		df := &decov1alpha1.Decofile{}
 		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: s.namespace, Name: s.name}, df); err != nil {
+		// From now on the Decofile polls only every hour: what delivers the edit is the push
+		// event the git remote sends the operator after the push.
+		if err := s.pollEvery(ctx, env, time.Hour); err != nil {
+			return "", err
+		}
+		pushed := time.Now()
 			return "", err
 		}
 		for _, p := range s.pods {
@@ -250,7 +256,19 @@ func (s *site) editAndRollout(run Runner) func(context.Context, *devenv.Env, io.
 				return "", fmt.Errorf("pod %s does not serve the edit", p.name)
 			}
 		}
-		return fmt.Sprintf("commit %s on all %d pods in %s (PodsNotified=True)", short(head), len(s.pods), time.Since(start).Round(100*time.Millisecond)), nil
+		if sent, err := env.Servers.Git.PushEvents(); sent == 0 {
+			return "", fmt.Errorf("the git remote sent no push event (%v)", err)
+		}
+		return fmt.Sprintf("commit %s on all %d pods %s after the push, the Decofile polling every hour: the push event delivered it (PodsNotified=True; decofile wait %s)",
+			short(head), len(s.pods), time.Since(pushed).Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond)), nil
+	}
+}
+
+// pollEvery sets the Decofile's spec.interval.
+func (s *site) pollEvery(ctx context.Context, env *devenv.Env, every time.Duration) error {
+	df := &decov1alpha1.Decofile{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: s.namespace, Name: s.name}, df); err != nil {
+		return err
 	}
 }
 

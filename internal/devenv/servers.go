@@ -83,6 +83,9 @@ func allowLocalGit(d *decofile.DeliveryOptions, baseURL string) {
 			d.SourceAllowedSchemes = slices.Clone(egress.DefaultSchemes)
 		}
 		d.SourceAllowedSchemes = append(d.SourceAllowedSchemes, "http")
+	if err := announcePushes(dir, mo, s.Git); err != nil {
+		return nil, err
+	}
 	}
 	d.SourceAllowedHosts = append(d.SourceAllowedHosts, strings.TrimPrefix(baseURL, "http://"))
 }

@@ -61,9 +61,7 @@ func StartGitRemote(ctx context.Context, o GitRemoteOptions) (*GitRemote, error)
 	}
 	var handler http.Handler = backend
 	r := &GitRemote{Root: o.Root, events: pushEvents{url: o.PushEventURL, secret: o.PushEventSecret}}
-	if o.PushEventURL != "" {
-		handler = r.announcePushes(handler)
-	}
+	handler = r.announcePushes(handler)
 	if o.Username != "" || o.Password != "" {
 		handler = basicAuth(o.Username, o.Password, backend)
 	}
@@ -102,7 +100,7 @@ func (r *GitRemote) CreateRepo(name, branch string) (string, error) {
 	if err := runGit(dir, "config", "http.receivepack", "true"); err != nil {
 		return "", err
 	}
-	if r.events.url != "" {
+	if url, _ := r.events.target(); url != "" {
 		if err := installPushHook(dir); err != nil {
 			return "", err
 		}

@@ -52,6 +52,20 @@ type pushEvents struct {
 	lastErr error
 }
 
+// AnnouncePushes makes the remote send a push event to url, signed with secret, after every
+// push to a repository created from now on (see GitRemoteOptions.PushEventURL).
+func (r *GitRemote) AnnouncePushes(url string, secret []byte) {
+	r.events.mu.Lock()
+	defer r.events.mu.Unlock()
+	r.events.url, r.events.secret = url, secret
+}
+
+func (e *pushEvents) target() (string, []byte) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.url, e.secret
+}
+
 // PushEvents is how many push events were accepted by the receiver, and the last failure.
 func (r *GitRemote) PushEvents() (sent int, lastErr error) {
 	r.events.mu.Lock()
@@ -65,6 +79,9 @@ func (r *GitRemote) PushEvents() (sent int, lastErr error) {
 func (r *GitRemote) announcePushes(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		next.ServeHTTP(w, req)
+		if url, _ := r.events.target(); url == "" {
+			return
+		}
 		repo, ok := strings.CutSuffix(path.Clean(req.URL.Path), "/git-receive-pack")
 		if !ok || req.Method != http.MethodPost {
 			return
@@ -133,11 +150,12 @@ func (r *GitRemote) sendEvent(ctx context.Context, name, before, after, ref stri
 	}
 	id := make([]byte, 16)
 	_, _ = rand.Read(id)
-	mac := hmac.New(sha256.New, r.events.secret)
+	url, secret := r.events.target()
+	mac := hmac.New(sha256.New, secret)
 	mac.Write(body)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.events.url, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
