@@ -60,6 +60,10 @@ func (e *env) chartValues() map[string]any {
 			"audit-cert-dir":           auditCertDir,
 			"audit-client-ca":          auditCertDir + "/ca.crt",
 		},
+		"secrets": map[string]any{
+			"valkeyAdminPassword": map[string]any{"name": "valkey-admin", "key": "password"},
+			"redisPassword":       map[string]any{"name": "mirror-redis", "key": "password"},
+		},
 		"extraVolumes":      []any{map[string]any{"name": "audit-certs", "secret": map[string]any{"secretName": "audit-certs"}}},
 		"extraVolumeMounts": []any{map[string]any{"name": "audit-certs", "mountPath": auditCertDir, "readOnly": true}},
 	}
@@ -76,7 +80,13 @@ func (e *env) installChart(t *testing.T) {
 		must(t, err, "read audit certificate")
 		certs[f] = b
 	}
-	must(t, e.c.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "audit-certs", Namespace: e.release}, Data: certs}), "create the audit certificate Secret")
+	for _, s := range []*corev1.Secret{
+		{ObjectMeta: metav1.ObjectMeta{Name: "audit-certs", Namespace: e.release}, Data: certs},
+		{ObjectMeta: metav1.ObjectMeta{Name: "valkey-admin", Namespace: e.release}, StringData: map[string]string{"password": e.valkeyPassword}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "mirror-redis", Namespace: e.release}, StringData: map[string]string{"password": e.redisPassword}},
+	} {
+		must(t, e.c.Client.Create(ctx, s), "create Secret %s", s.Name)
+	}
 
 	flags := kube.GetConfig(e.kc, "", e.release)
 	// Not the discovery cache in ~/.kube: the test leaves nothing on the machine.

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"os"
 	"os/exec"
@@ -38,6 +39,9 @@ type env struct {
 	git    *servers.GitRemote
 	valkey *servers.Process // the tenant part's Valkey
 	redis  *servers.Process // the mirror's cursors and attribution facts
+	// The default users' passwords of valkey and redis: pods reach both servers, and only the
+	// manager may use them as anything but a tenant's ACL user.
+	valkeyPassword, redisPassword string
 
 	// namespaces are deleted, and awaited, before the chart is uninstalled: the manager removes
 	// the finalizers it put on them.
@@ -65,8 +69,9 @@ func newEnv(t *testing.T, c *testenv.Cluster) *env {
 	}
 	// Pods reach the machine's end of the node's veth, and nothing else outside the node.
 	e.git = testenv.GitRemote(t, servers.GitRemoteOptions{Host: e.n.IP})
-	e.valkey = testenv.Redis(t, servers.RedisOptions{Host: e.n.IP})
-	e.redis = testenv.Redis(t, servers.RedisOptions{Host: e.n.IP})
+	e.valkeyPassword, e.redisPassword = rand.Text(), rand.Text()
+	e.valkey = testenv.Redis(t, servers.RedisOptions{Host: e.n.IP, Password: e.valkeyPassword})
+	e.redis = testenv.Redis(t, servers.RedisOptions{Host: e.n.IP, Password: e.redisPassword})
 	return e
 }
 
@@ -126,10 +131,10 @@ func (e *env) deleteNamespaces(t *testing.T) {
 	}
 }
 
-// redisClient is an admin client of p.
-func redisClient(t *testing.T, p *servers.Process) *redis.Client {
+// redisClient is a client of p as its default user.
+func redisClient(t *testing.T, p *servers.Process, password string) *redis.Client {
 	t.Helper()
-	r := redis.NewClient(&redis.Options{Addr: p.Addr})
+	r := redis.NewClient(&redis.Options{Addr: p.Addr, Password: password})
 	t.Cleanup(func() { _ = r.Close() })
 	return r
 }

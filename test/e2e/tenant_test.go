@@ -25,6 +25,7 @@ type probeResult struct {
 	OwnRead    string `json:"ownRead"`
 	OtherRead  string `json:"otherRead"`
 	OtherWrite string `json:"otherWrite"`
+	Anonymous  string `json:"anonymous"`
 }
 
 // tenantCache is step 5: a pod of the site namespace, given the valkey-acl Secret by the
@@ -33,7 +34,7 @@ type probeResult struct {
 func (e *env) tenantCache(t *testing.T) {
 	ctx := context.Background()
 	rival := e.namespace(t, "sites-rival", map[string]string{decov1alpha1.AnnotationValkeyACL: "true"})
-	admin := redisClient(t, e.valkey)
+	admin := redisClient(t, e.valkey, e.valkeyPassword)
 	creds := map[string]map[string][]byte{}
 	took := waitFor(t, 60*time.Second, "valkey-acl Secrets and users", func(ctx context.Context) error {
 		for _, ns := range []string{e.siteNS, rival} {
@@ -115,6 +116,9 @@ func (e *env) tenantCache(t *testing.T) {
 		if !strings.HasPrefix(got, "NOPERM") {
 			t.Errorf("%s of the rival's key %s by the pod: %q, want NOPERM", what, rivalKey, got)
 		}
+	}
+	if !strings.HasPrefix(r.Anonymous, "NOAUTH") {
+		t.Errorf("the pod without credentials got %q, want NOAUTH", r.Anonymous)
 	}
 	if v, err := admin.Get(ctx, rivalKey).Result(); err != nil || v != "the rival's data" {
 		t.Errorf("the rival's key holds %q (%v)", v, err)

@@ -32,6 +32,8 @@ type Result struct {
 	// OtherRead and OtherWrite are the answers for the other tenant's key.
 	OtherRead  string `json:"otherRead"`
 	OtherWrite string `json:"otherWrite"`
+	// Anonymous is the answer to a command sent without credentials (the default user).
+	Anonymous string `json:"anonymous"`
 }
 
 func main() {
@@ -65,6 +67,9 @@ func run(addr, other string) Result {
 	}
 	r.OtherRead = answer(c.Get(ctx, other).Err())
 	r.OtherWrite = answer(c.Set(ctx, other, "overwritten", 0).Err())
+	anon := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 3 * time.Second, MaxRetries: -1})
+	defer anon.Close()
+	r.Anonymous = answer(anon.Get(ctx, other).Err())
 	return r
 }
 
