@@ -62,7 +62,7 @@ func TestMirrorCommitsByAuthor(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r := ac.resolver(attribution.Config{Route: "prod", Grace: 4 * time.Second})
+	r := ac.resolver(t, attribution.Config{Route: "prod", Grace: 4 * time.Second})
 	eng := engine.New(dynamic.NewForConfigOrDie(ac.c.Config), nil)
 	eng.StreamHook = r.ConfigureStream
 	// The test remotes serve plain HTTP on loopback: allowed explicitly.

@@ -32,7 +32,18 @@ const DefaultGrace = 3 * time.Second
 
 // Lookup reads attribution facts (the store's AttributionIndex).
 type Lookup interface {
-	LookupAuthorResolutionErr(ctx context.Context, auditRoute string, gvr schema.GroupVersionResource, uid types.UID, rv string, exactCapable bool) (store.AuthorResolution, error)
+	Find(ctx context.Context, q store.Query) (store.AuthorResolution, error)
+}
+
+// sticker records a removal's credit for the object's later removal events (the store's
+// AttributionIndex); a Lookup without it simply does not.
+type sticker interface {
+	Stick(ctx context.Context, q store.Query, f store.AuthorFact) error
+}
+
+// Announcements delivers the announcements of stored facts (the store's AttributionIndex).
+type Announcements interface {
+	Subscribe(ctx context.Context, route string, h store.AnnouncementHandler) error
 }
 
 // Sink receives ops in order (the git writer).
@@ -48,7 +59,12 @@ type Config struct {
 	Route string
 	// Grace bounds the wait for a fact; 0 means DefaultGrace.
 	Grace time.Duration
-	// MaxPoll caps the interval between two lookups of one waiting event; 0 means 200ms. Polls
+	// Announcements, when set, wakes a waiting event when its fact is stored (Start subscribes).
+	// While subscribed, a waiting event looks up its facts when it arrives, when an
+	// announcement names them, and when its grace period ends — never on a timer.
+	Announcements Announcements
+	// MaxPoll caps the interval between two lookups of one waiting event while no announcement
+	// subscription is established (none configured, or Redis refusing it); 0 means 200ms. Polls
 	// start at 20ms and double; Notify wakes every waiting event at once.
 	MaxPoll time.Duration
 	// Identity turns facts into git signatures.
@@ -84,6 +100,12 @@ type Resolver struct {
 	wakeMu sync.Mutex
 	wake   chan struct{}
 
+	// waiters are the waiting events by the wake tokens they wait for; subscribed is set once
+	// announcements arrive, and turns polling off.
+	waitersMu  sync.Mutex
+	waiters    map[string]map[*waiter]struct{}
+	subscribed atomic.Bool
+
 	// waiting counts events submitted with EnqueueEvent whose ops have not reached the writer:
 	// still waiting for their facts, or resolved but held up by the writer. It bounds memory
 	// when facts stop arriving or the writer stops taking ops.
@@ -105,7 +127,7 @@ func New(cfg Config) *Resolver {
 	if cfg.MaxWaiting <= 0 {
 		cfg.MaxWaiting = DefaultMaxWaiting
 	}
-	return &Resolver{cfg: cfg, wake: make(chan struct{})}
+	return &Resolver{cfg: cfg, wake: make(chan struct{}), waiters: map[string]map[*waiter]struct{}{}}
 }
 
 // Waiting returns the number of events waiting for their facts or to be handed over.
@@ -143,8 +165,7 @@ func (r *Resolver) overflow(gvr schema.GroupVersionResource, uid types.UID, rv s
 // Enabled reports whether events are attributed at all.
 func (r *Resolver) Enabled() bool { return r != nil && r.cfg.Index != nil }
 
-// Notify wakes every waiting event to look again now: the local audit receiver calls it after
-// storing facts. (Facts stored by another replica are found by the next poll.)
+// Notify wakes every waiting event to look again now.
 func (r *Resolver) Notify() {
 	r.wakeMu.Lock()
 	close(r.wake)
@@ -161,12 +182,24 @@ func (r *Resolver) wakeup() <-chan struct{} {
 // Resolve waits (up to the grace period, or until ctx ends) for the fact of one watch event and
 // returns its resolution. It blocks only its caller.
 func (r *Resolver) Resolve(ctx context.Context, gvr schema.GroupVersionResource, uid types.UID, rv string, exactCapable bool) Resolved {
+	return r.resolve(ctx, store.Query{GVR: gvr, UID: uid, RV: rv, Removal: !exactCapable})
+}
+
+func (r *Resolver) resolve(ctx context.Context, q store.Query) Resolved {
 	start := time.Now()
+	q.Route = r.cfg.Route
 	res := store.AuthorResolution{Result: store.AttributionAbsent}
 	if r.Enabled() {
-		res = r.wait(ctx, gvr, uid, rv, exactCapable)
+		res = r.wait(ctx, q)
 	}
-	out := Resolved{GVR: gvr, UID: uid, RV: rv, Result: res.Result, Fact: res.Fact, Waited: time.Since(start)}
+	if res.Result == store.AttributionExactDeleteCollectionScope {
+		// The object may still be terminating: its DELETED event, after a controller removed
+		// the finalizers, keeps this credit.
+		if st, ok := r.cfg.Index.(sticker); ok {
+			_ = st.Stick(ctx, q, res.Fact)
+		}
+	}
+	out := Resolved{GVR: q.GVR, UID: q.UID, RV: q.RV, Result: res.Result, Fact: res.Fact, Waited: time.Since(start)}
 	if res.Result != store.AttributionAbsent {
 		sig := r.cfg.Identity.Signature(res.Fact)
 		out.Author = &sig
@@ -181,51 +214,53 @@ func (r *Resolver) Resolve(ctx context.Context, gvr schema.GroupVersionResource,
 	return out
 }
 
-func (r *Resolver) wait(ctx context.Context, gvr schema.GroupVersionResource, uid types.UID, rv string, exactCapable bool) store.AuthorResolution {
+// wait looks up q's facts when it starts, whenever an announcement names them (or, without a
+// subscription, on a backing-off poll) and once more when the grace period ends. A final match
+// returns at once; a provisional one (see store.AuthorResolution) only when the grace ends.
+func (r *Resolver) wait(ctx context.Context, q store.Query) store.AuthorResolution {
+	absent := store.AuthorResolution{Result: store.AttributionAbsent}
+	// Registered before the first look, so an announcement made during it still wakes us.
+	w := r.register(store.WakeTokens(q))
+	defer r.unregister(w)
 	deadline := time.NewTimer(r.cfg.Grace)
 	defer deadline.Stop()
 	poll := 20 * time.Millisecond
 	for {
-		// Take the wake channel before looking, so a fact stored during the lookup still wakes us.
-		wake := r.wakeup()
-		res, err := r.cfg.Index.LookupAuthorResolutionErr(ctx, r.cfg.Route, gvr, uid, rv, exactCapable)
-		if err == nil && final(res, exactCapable) {
+		// Take the wake channel before looking, so a Notify during the lookup still wakes us.
+		all := r.wakeup()
+		res, err := r.cfg.Index.Find(ctx, q)
+		if err == nil && res.Result != store.AttributionAbsent && !res.Provisional {
 			return res
 		}
-		t := time.NewTimer(poll)
+		var tick <-chan time.Time
+		var t *time.Timer
+		if !r.subscribed.Load() {
+			t = time.NewTimer(poll)
+			tick = t.C
+		}
 		select {
 		case <-ctx.Done():
-			t.Stop()
-			return store.AuthorResolution{Result: store.AttributionAbsent}
+			stopTimer(t)
+			return absent
 		case <-deadline.C:
-			t.Stop()
-			// One last look: the fact may have landed just now.
-			res, err := r.cfg.Index.LookupAuthorResolutionErr(ctx, r.cfg.Route, gvr, uid, rv, exactCapable)
-			if err == nil {
+			stopTimer(t)
+			// The safety net: one last look, whatever announcements were missed.
+			if res, err := r.cfg.Index.Find(ctx, q); err == nil {
 				return res
 			}
-			return store.AuthorResolution{Result: store.AttributionAbsent}
-		case <-wake:
-			t.Stop()
-		case <-t.C:
+			return absent
+		case <-all:
+		case <-w.wake:
+		case <-tick:
 			poll = min(2*poll, r.cfg.MaxPoll)
 		}
+		stopTimer(t)
 	}
 }
 
-// final reports whether a resolution can be taken without waiting longer. A removal that only
-// matched the :last pointer of an earlier write (create, update, patch) is provisional: the
-// deleting request's own fact is usually still in the API server's audit batch, and taking the
-// pointer now would credit the previous writer with the removal. Such a match is used only when
-// the grace period ends without a better one.
-func final(res store.AuthorResolution, exactCapable bool) bool {
-	switch {
-	case res.Result == store.AttributionAbsent:
-		return false
-	case exactCapable || res.Result != store.AttributionWeak:
-		return true
-	default:
-		return res.Fact.Verb == "delete" || res.Fact.Verb == "deletecollection"
+func stopTimer(t *time.Timer) {
+	if t != nil {
+		t.Stop()
 	}
 }
 
@@ -237,6 +272,9 @@ type Event struct {
 	// ExactCapable is true for ADDED and MODIFIED events, false for removals (DELETED, or an
 	// object with a deletionTimestamp), whose RV never matches the deleting request's.
 	ExactCapable bool
+	// Namespace is the object's namespace ("" when cluster-scoped); with the time the event is
+	// submitted it places a removal in a collection delete's scope and time window.
+	Namespace string
 }
 
 // Stream is the ordering domain of one watch stream: it hands the stream's ops to the writer in
@@ -250,6 +288,15 @@ type Stream struct {
 	mu      sync.Mutex
 	queue   []*entry // submitted, not yet handed over or still ahead of the cursor
 	deliver sync.Mutex
+	// ignoreUsers are users whose changes are not committed (the rules' ignore.users).
+	ignoreUsers []string
+}
+
+// ignored reports whether res names, exactly, a user whose changes are not committed. A weak
+// match (the object's previous writer) never hides a change.
+func (s *Stream) ignored(res Resolved) bool {
+	exact := res.Result == store.AttributionExactUser || res.Result == store.AttributionExactServiceAccount
+	return exact && slices.Contains(s.ignoreUsers, res.Fact.Author)
 }
 
 type entry struct {
@@ -288,27 +335,23 @@ func (s *Stream) EnqueueEvent(ctx context.Context, op gitwriter.Op, ev Event) er
 	}
 	if !s.r.admit() {
 		s.r.overflow(s.gvr, ev.UID, ev.RV)
-	// ignoreUsers are users whose changes are not committed (the rules' ignore.users).
-	ignoreUsers []string
-}
-
-// ignored reports whether res names, exactly, a user whose changes are not committed. A weak
-// match (the object's previous writer) never hides a change.
-func (s *Stream) ignored(res Resolved) bool {
-	exact := res.Result == store.AttributionExactUser || res.Result == store.AttributionExactServiceAccount
-	return exact && slices.Contains(s.ignoreUsers, res.Fact.Author)
 		op.Change.Author = nil
 		op.Change.Attribution, op.Change.AuditID = string(store.AttributionAbsent), ""
 		return s.Enqueue(ctx, op)
 	}
 	e := s.add(ctx, op, false)
 	e.counted = true
+	q := store.Query{GVR: s.gvr, UID: ev.UID, RV: ev.RV, Removal: !ev.ExactCapable, Namespace: ev.Namespace, At: time.Now()}
 	go func() {
-		res := s.r.Resolve(ctx, s.gvr, ev.UID, ev.RV, ev.ExactCapable)
+		res := s.r.resolve(ctx, q)
 		s.mu.Lock()
 		e.op.Change.Author = res.Author
 		// The commit's provenance trailers (Audit-ID, Attribution).
 		e.op.Change.Attribution, e.op.Change.AuditID = string(res.Result), res.Fact.AuditID
+		if s.ignored(res) {
+			// Not committed: only the stream's cursor moves on.
+			e.op = gitwriter.Op{Kind: gitwriter.OpMark, Target: e.op.Target, Cursor: e.op.Cursor}
+		}
 		e.resolved = true
 		s.mu.Unlock()
 		_ = s.flush()
@@ -348,10 +391,6 @@ func (s *Stream) flush() error {
 	ready := s.takeReady()
 	var firstErr error
 	for _, e := range ready {
-		if s.ignored(res) {
-			// Not committed: only the stream's cursor moves on.
-			e.op = gitwriter.Op{Kind: gitwriter.OpMark, Target: e.op.Target, Cursor: e.op.Cursor}
-		}
 		if e.ctx.Err() != nil {
 			// The watch stream stopped (restart, target removed): drop its op. Its cursor was
 			// never recorded, so the next stream sees the change again, and a late hand-over

@@ -67,10 +67,10 @@ func (f *facts) set(uid, rv, author string) {
 	f.mu.Unlock()
 }
 
-func (f *facts) LookupAuthorResolutionErr(_ context.Context, _ string, _ schema.GroupVersionResource, uid types.UID, rv string, _ bool) (store.AuthorResolution, error) {
+func (f *facts) Find(_ context.Context, q store.Query) (store.AuthorResolution, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if v, ok := f.m[string(uid)+"/"+rv]; ok {
+	if v, ok := f.m[string(q.UID)+"/"+q.RV]; ok {
 		return store.AuthorResolution{Fact: v, Result: store.AttributionExactUser}, nil
 	}
 	return store.AuthorResolution{Result: store.AttributionAbsent}, nil

@@ -127,16 +127,19 @@ func Setup(mgr ctrl.Manager, st *store.RedisStore, o Options) (*Resolver, error)
 		return nil, errors.New("--author-attribution needs Redis: set --redis-addr")
 	}
 	idx := st.AttributionIndex(o.FactTTL)
-	r := New(Config{Index: idx, Route: o.Route, Grace: o.Grace, Identity: id, MaxWaiting: o.MaxWaiting})
+	r := New(Config{Index: idx, Announcements: idx, Route: o.Route, Grace: o.Grace, Identity: id, MaxWaiting: o.MaxWaiting})
 	rcv, err := audit.NewReceiver(audit.Config{
 		Addr: o.ListenAddress, CertDir: o.CertDir, ClientCAFile: o.ClientCAFile, ClientNames: o.ClientNames,
-		Handler: &audit.Handler{Recorder: idx, OnRecorded: r.Notify},
+		Handler: &audit.Handler{Recorder: idx},
 	})
 	if err != nil {
 		return nil, err
 	}
 	if err := mgr.Add(rcv); err != nil {
 		return nil, fmt.Errorf("add the audit receiver: %w", err)
+	}
+	if err := mgr.Add(r); err != nil {
+		return nil, fmt.Errorf("add the attribution announcement subscription: %w", err)
 	}
 	if err := mgr.Add(FactGauge{Counter: idx}); err != nil {
 		return nil, fmt.Errorf("add the attribution fact gauge: %w", err)
@@ -153,10 +156,10 @@ func (r *Resolver) ConfigureStream(target types.NamespacedName, _ string, cfg *w
 		return
 	}
 	s := r.NewStream(cfg.Sink, cfg.GVR)
+	s.ignoreUsers = cfg.IgnoreUsers
 	r.track(target, streamID{cfg.GVR, cfg.Namespace}, s)
 	cfg.Sink = s
 	cfg.SubmitEvent = func(ctx context.Context, op gitwriter.Op, uid types.UID, rv string, exactCapable bool) error {
-	s.ignoreUsers = cfg.IgnoreUsers
-		return s.EnqueueEvent(ctx, op, Event{UID: uid, RV: rv, ExactCapable: exactCapable})
+		return s.EnqueueEvent(ctx, op, Event{UID: uid, RV: rv, ExactCapable: exactCapable, Namespace: cfg.Namespace})
 	}
 }
