@@ -75,6 +75,8 @@ func valuesSchema() map[string]any {
 				"valkeyAdminPassword":    secretRefSchema("VALKEY_ADMIN_PASSWORD"),
 				"valkeySentinelPassword": secretRefSchema("VALKEY_SENTINEL_PASSWORD"),
 				"redisPassword":          secretRefSchema("REDIS_PASSWORD"),
+				"pushWebhookSecret":      secretRefSchema("PUSH_WEBHOOK_SECRET"),
+				"githubAppPrivateKey":    secretRefSchema("the GitHub App's private key, mounted for --github-app-private-key-file"),
 				"s3Credentials": map[string]any{
 					"type": "object", "description": "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY", "additionalProperties": false,
 					"properties": map[string]any{

@@ -102,6 +102,9 @@ app.kubernetes.io/component: manager
 {{- if and (kindIs "invalid" (index $flags "webhook-ca-secret")) (include "siteops.selfSigned" .) -}}
 {{- $_ := set $flags "webhook-ca-secret" (printf "%s/%s-webhook-ca" .Release.Namespace (include "siteops.fullname" .)) -}}
 {{- end -}}
+{{- if and (not (index $flags "github-app-private-key-file")) .Values.secrets.githubAppPrivateKey.name -}}
+{{- $_ := set $flags "github-app-private-key-file" (printf "/etc/siteops/github-app/%s" .Values.secrets.githubAppPrivateKey.key) -}}
+{{- end -}}
 {{- toJson $flags -}}
 {{- end -}}
 
@@ -114,6 +117,12 @@ app.kubernetes.io/component: manager
 {{- else -}}
 {{- toString . -}}
 {{- end -}}
+{{- end -}}
+
+{{/* "true" when the decofile part receives push events (--push-webhook-bind-address). */}}
+{{- define "siteops.pushReceiver" -}}
+{{- $addr := toString (index .Values.flags "push-webhook-bind-address") -}}
+{{- if and (include "siteops.enabled" (dict "part" "decofile" "root" .)) $addr (ne $addr "0") -}}true{{- end -}}
 {{- end -}}
 
 {{/* "true" when the mirror part runs its audit receiver (--author-attribution). */}}
