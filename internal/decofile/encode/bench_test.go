@@ -30,7 +30,7 @@ func standardMerged(tb testing.TB) []byte {
 // was chosen. Reported: stored bytes (base64) and the ratio to the raw JSON.
 func BenchmarkLevels(b *testing.B) {
 	merged := standardMerged(b)
-	for _, lvl := range []Level{{4, 22}, {5, 22}, {6, 22}, {7, 22}, {9, 22}, {9, 24}, {11, 22}, {11, 24}} {
+	for _, lvl := range []Level{{4, 22}, {5, 22}, {6, 22}, {7, 22}, {8, 22}, {9, 22}, {9, 24}, {10, 22}, {11, 22}, {11, 24}} {
 		b.Run(lvl.String(), func(b *testing.B) {
 			b.SetBytes(int64(len(merged)))
 			var out string
@@ -44,6 +44,31 @@ func BenchmarkLevels(b *testing.B) {
 			b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
 			b.ReportMetric(float64(len(out)), "stored-bytes")
 			b.ReportMetric(float64(len(out))/float64(len(merged))*100, "%-of-raw")
+		})
+	}
+}
+
+// BenchmarkDefaultLevel reports the two figures the first level of the ladder is chosen by, on
+// the standard sample: its stored size as a ratio of the quality-11/window-24 size (goal ≤ 1.2)
+// and the CPU seconds one Encode takes (goal ≤ 0.5 s). Candidates next to it are measured too.
+func BenchmarkDefaultLevel(b *testing.B) {
+	merged := standardMerged(b)
+	best, err := Compress(merged, Level{Quality: 11, LGWin: 24})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, lvl := range []Level{DefaultLevels[0], {8, 22}, {8, 24}, {9, 24}, {10, 22}} {
+		b.Run(lvl.String(), func(b *testing.B) {
+			var out string
+			cpu0 := cpuTime()
+			for b.Loop() {
+				if out, err = Compress(merged, lvl); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(out))/float64(len(best)), "ratio-vs-q11")
+			b.ReportMetric((cpuTime()-cpu0).Seconds()/float64(b.N), "cpu-s/op")
+			b.ReportMetric(float64(len(out)), "stored-bytes")
 		})
 	}
 }
