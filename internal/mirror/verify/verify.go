@@ -29,7 +29,8 @@ const (
 	TrailerCluster     = "Cluster"
 )
 
-// unlabelled is the class of a change whose commit names an audit ID but no Attribution.
+// unlabelled is the class of a change whose commit's Attribution trailers cannot be paired with
+// it (several results in a commit a CommitRequest closed, or audit IDs without a result).
 const unlabelled = "unlabelled"
 
 // commitSlack is how much later than a commit an audit event may be stamped and still be the
@@ -236,49 +237,48 @@ func objectOf(path string) (objectKey, bool) {
 }
 
 // judge pairs a commit's changes with the audit IDs it names and checks each against the log.
+// The mirror writes one Audit-ID per distinct request (a collection delete's removals share
+// one; several writes of one file collapsed into one change each have theirs) and one
+// Attribution per distinct result — one per commit, except in a commit a CommitRequest closed.
 func judge(c *object.Commit, tr map[string][]string, changes []fileChange, log *AuditLog, id attribution.Identity) []Change {
 	ids, classes := tr[TrailerAuditID], tr[TrailerAttribution]
-	classOf := func(i int) string {
-		switch {
-		case len(classes) == len(ids) && i < len(classes):
-			return classes[i]
-		case len(classes) == 1:
-			return classes[0]
-		}
-		return unlabelled
-	}
 	out := make([]Change, len(changes))
 	claimed := make([]*auditv1.Event, len(changes))
 	for i, ch := range changes {
-		out[i] = Change{Commit: c.Hash.String()[:12], Path: ch.path, Removal: ch.removal, Author: gitwriter.Signature{Name: c.Author.Name, Email: c.Author.Email}, Class: string(store.AttributionAbsent)}
-		if len(ids) == 0 && len(classes) == 1 {
-			out[i].Class = classes[0]
-		}
+		out[i] = Change{Commit: c.Hash.String()[:12], Path: ch.path, Removal: ch.removal, Author: gitwriter.Signature{Name: c.Author.Name, Email: c.Author.Email}}
 	}
-	for i, auditID := range ids {
+	for _, auditID := range ids {
 		ev := log.byID[auditID]
-		j := matchChange(ev, changes, claimed)
-		if j < 0 {
-			// The request is not in the log (or names no changed file): the change it
-			// belongs to cannot be told; the first unclaimed one carries the claim.
-			for k := range changes {
-				if claimed[k] == nil && out[k].AuditID == "" {
-					j = k
-					break
-				}
-			}
-			if j < 0 {
+		if ev == nil {
+			continue // before --since, or another API server's log
+		}
+		for j, ch := range changes {
+			if !wrote(ev, ch) {
 				continue
 			}
-		} else {
-			claimed[j] = ev
+			// Writes collapsed into one change: the last one made the file. A removal keeps
+			// its first delete (the credit sticks to it).
+			if claimed[j] == nil || (!ch.removal && claimed[j].StageTimestamp.Time.Before(ev.StageTimestamp.Time)) {
+				claimed[j], out[j].AuditID = ev, auditID
+			}
 		}
-		out[j].AuditID, out[j].Class = auditID, classOf(i)
+	}
+	for i := range changes {
+		switch {
+		case len(classes) == 1:
+			out[i].Class = classes[0]
+		case len(classes) == 0 && len(ids) == 0:
+			out[i].Class = string(store.AttributionAbsent)
+		case out[i].AuditID == "" && slices.Contains(classes, string(store.AttributionAbsent)):
+			out[i].Class = string(store.AttributionAbsent)
+		default:
+			out[i].Class = unlabelled
+		}
 	}
 	at := c.Author.When.Add(commitSlack)
 	for i, ch := range changes {
 		truth := claimed[i]
-		if truth == nil || (ch.removal && truth.Verb != "delete" && truth.Verb != "deletecollection") || (!ch.removal && (truth.Verb == "delete" || truth.Verb == "deletecollection")) {
+		if truth == nil || ch.removal != (truth.Verb == "delete" || truth.Verb == "deletecollection") {
 			truth = log.truth(ch.obj, ch.removal, at)
 		}
 		if truth == nil {
@@ -291,25 +291,16 @@ func judge(c *object.Commit, tr map[string][]string, changes []fileChange, log *
 	return out
 }
 
-// matchChange finds the unclaimed change ev wrote: the object it names, or for a collection
-// delete a removal in its scope.
-func matchChange(ev *auditv1.Event, changes []fileChange, claimed []*auditv1.Event) int {
-	if ev == nil {
-		return -1
-	}
+// wrote reports whether ev is a request for ch's object: the object it names, or for a
+// collection delete a removal in its scope.
+func wrote(ev *auditv1.Event, ch fileChange) bool {
 	o := eventObject(ev)
-	for j, ch := range changes {
-		if claimed[j] != nil {
-			continue
-		}
-		if ch.obj == o {
-			return j
-		}
-		if o.name == "" && ch.removal && ch.obj.group == o.group && ch.obj.resource == o.resource && ch.obj.namespace == o.namespace && removes(ev, ch.obj) {
-			return j
-		}
+	if ch.obj == o {
+		return true
 	}
-	return -1
+	scope := ch.obj
+	scope.name = ""
+	return o.name == "" && ch.removal && o == scope && removes(ev, ch.obj)
 }
 
 // factOf is the attribution fact the mirror would build from ev's user.

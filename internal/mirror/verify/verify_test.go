@@ -149,7 +149,7 @@ func TestVerify(t *testing.T) {
 		{at: 1500 * time.Millisecond, author: "bob", write: []string{"a"}, trailer: "Audit-ID: A2\nAttribution: exact_user\nCluster: prod"},
 		// b's removal credited to its earlier writer: a mismatch.
 		{at: 2500 * time.Millisecond, author: "carol", remove: []string{"b"}, trailer: "Audit-ID: A0\nAttribution: weak\nCluster: prod"},
-		{at: 3500 * time.Millisecond, author: "dora", remove: []string{"c1", "c2"}, trailer: "Audit-ID: A4\nAudit-ID: A4\nAttribution: exact_deletecollection_scope\nCluster: prod"},
+		{at: 3500 * time.Millisecond, author: "dora", remove: []string{"c1", "c2"}, trailer: "Audit-ID: A4\nAttribution: exact_deletecollection_scope\nCluster: prod"},
 		{at: 4500 * time.Millisecond, write: []string{"d"}, trailer: "Attribution: absent\nCluster: prod"},
 		{at: 5500 * time.Millisecond, author: sa, write: []string{"f"}, trailer: "Audit-ID: A6\nAttribution: exact_serviceaccount\nCluster: prod"},
 	})
@@ -234,5 +234,27 @@ func TestTrailers(t *testing.T) {
 	got := Trailers("[BATCH] 2 changes\n\n[UPDATE] v1/configmaps/web/a\n\nAudit-ID: x\nAudit-ID: y\nAttribution: exact_user\nCluster: prod\n")
 	if fmt.Sprint(got) != "map[Attribution:[exact_user] Audit-ID:[x y] Cluster:[prod]]" {
 		t.Fatalf("trailers = %v", got)
+	}
+}
+
+// Two writes of one file in one commit window make one change naming both requests: the last
+// write is the one the file holds, so its author must be the commit's.
+func TestVerifyCollapsedWrites(t *testing.T) {
+	log, err := ReadAuditLog(writeLog(t,
+		logEvent("A1", "create", "alice", "a", 100*time.Millisecond, `{"metadata":{"name":"a"}}`),
+		logEvent("A2", "update", "bob", "a", 200*time.Millisecond, `{"metadata":{"name":"a"}}`),
+	), time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for author, mismatches := range map[string]int{"bob": 0, "alice": 1} {
+		repo := makeRepo(t, []commitSpec{{at: time.Second, author: author, write: []string{"a"}, trailer: "Audit-ID: A1\nAudit-ID: A2\nAttribution: exact_user\nCluster: prod"}})
+		rep, err := Verify(repo, log, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Mismatches) != mismatches || rep.Changes != 1 {
+			t.Errorf("authored by %s: %d changes, mismatches %+v; want %d", author, rep.Changes, rep.Mismatches, mismatches)
+		}
 	}
 }
