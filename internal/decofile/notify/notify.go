@@ -42,9 +42,12 @@ func ParseProtocol(s string) (Protocol, error) {
 	return "", fmt.Errorf("unknown reload protocol %q (want %s or %s)", s, ProtocolPush, ProtocolLongPoll)
 }
 
-// Defaults from the seed's notification strategy.
+// Defaults from the seed's notification strategy, except the concurrency: with pods answering in
+// 100 ms, 30 at a time cannot confirm 1000 pods in under 3.3 s whatever the bandwidth, while 250
+// confirmed them in 1.6 s (p99 of 20 publishes of 4.2 MB, compressed; BenchmarkPublishLatency),
+// and the shared body keeps the heap flat as connections grow (BenchmarkRollout).
 const (
-	DefaultConcurrency      = 30
+	DefaultConcurrency      = 250
 	DefaultPodTimeout       = 150 * time.Second
 	DefaultAttempts         = 2
 	DefaultTimeout          = 5 * time.Minute
