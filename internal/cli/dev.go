@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	goflag "flag"
+	"fmt"
 	"io"
 	"os/signal"
 	"syscall"
@@ -23,16 +24,32 @@ func newDevCommand() *cobra.Command {
 }
 
 func newDevUpCommand() *cobra.Command {
-	o := devenv.Options{KubeconfigPath: ".siteops/kubeconfig", Manager: manager.DefaultOptions()}
+	o := devenv.Options{KubeconfigPath: ".siteops/kubeconfig", Manager: manager.DefaultOptions(), ImagesDir: devenv.DefaultImagesDir}
 	zapOpts := zap.Options{}
+	verbose := false
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start a local control plane with the manager; Ctrl-C stops everything",
-		Long: "Starts kube-apiserver and etcd from the build cache, installs the CRDs, runs the manager " +
-			"in-process against them and writes an admin kubeconfig. Prints one ready line when usable.",
+		Long: "Starts kube-apiserver and etcd from the build cache, installs the CRDs, starts Valkey with\n" +
+			"Sentinels, Redis, S3 and a git remote, runs the manager in-process against them and writes an\n" +
+			"admin kubeconfig. It prints progress lines, then a table of what runs where and one ready line.\n" +
+			"Component logs go to files in the state folder (the table names them); -v streams them too.\n\n" +
+			"With --node it also starts a real node (kubelet, containerd, runc; needs root and\n" +
+			"`make node-tools`) with the images of --images imported (`make image`); the servers pods use\n" +
+			"then listen on the node's address on this machine, which pods reach.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts), zap.WriteTo(cmd.ErrOrStderr())))
+			logFile, err := devenv.OpenManagerLog(o)
+			if err != nil {
+				return err
+			}
+			defer logFile.Close()
+			var logs io.Writer = logFile
+			if verbose {
+				o.Stream = cmd.ErrOrStderr()
+				logs = io.MultiWriter(logFile, cmd.ErrOrStderr())
+			}
+			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts), zap.WriteTo(logs)))
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			o.Out = cmd.OutOrStdout()
@@ -42,6 +59,9 @@ func newDevUpCommand() *cobra.Command {
 	cmd.Flags().StringVar(&o.KubeconfigPath, "kubeconfig", o.KubeconfigPath, "where to write the admin kubeconfig")
 	cmd.Flags().StringVar(&o.StateDir, "state-dir", "", "folder for server data and logs (default: the kubeconfig's folder)")
 	cmd.Flags().StringSliceVar(&o.Manager.Controllers, "controllers", o.Manager.Controllers, "parts to run")
+	cmd.Flags().BoolVar(&o.Node, "node", false, "also start a real node (root and `make node-tools`) running the images of --images")
+	cmd.Flags().StringVar(&o.ImagesDir, "images", o.ImagesDir, "folder of image archives (`make image`) the node imports")
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "stream every component's log to stderr as well as to its file")
 	goFlags := goflag.NewFlagSet("log", goflag.ContinueOnError)
 	zapOpts.BindFlags(goFlags)
 	cmd.Flags().AddGoFlagSet(goFlags)
@@ -49,15 +69,38 @@ func newDevUpCommand() *cobra.Command {
 }
 
 func newDevDemoCommand() *cobra.Command {
-	o := devenv.Options{KubeconfigPath: ".siteops/demo/kubeconfig", Manager: manager.DefaultOptions()}
+	o := devenv.Options{KubeconfigPath: ".siteops/demo/kubeconfig", Manager: manager.DefaultOptions(), ImagesDir: devenv.DefaultImagesDir}
 	examples := "examples/homelab"
+	nodeMode := "auto"
 	zapOpts := zap.Options{}
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Bring up the local environment and show every part working, then tear it down",
-		Args:  cobra.NoArgs,
+		Long: "Runs every part of siteops against a local environment and prints a summary. With a real\n" +
+			"node (--node=auto uses one when running as root with `make node-tools` and `make image` done)\n" +
+			"the site pods are real pods of the site-runtime image; without, they are local site-runtime\n" +
+			"processes registered as Pods.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts), zap.WriteTo(io.Discard)))
+			switch nodeMode {
+			case "on":
+				o.Node = true
+			case "off":
+			case "auto":
+				if err := devenv.CheckNode(o.ImagesDir); err != nil {
+					fmt.Fprintf(cmd.OutOrStdout(), "siteops demo: no real node (%v); site pods run as local processes\n", err)
+				} else {
+					o.Node = true
+				}
+			default:
+				return fmt.Errorf("--node %q: want auto, on or off", nodeMode)
+			}
+			logFile, err := devenv.OpenManagerLog(o)
+			if err != nil {
+				return err
+			}
+			defer logFile.Close()
+			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts), zap.WriteTo(logFile)))
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			steps, cleanup := demo.Steps(runInProcess, examples)
@@ -67,6 +110,8 @@ func newDevDemoCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&o.KubeconfigPath, "kubeconfig", o.KubeconfigPath, "where to write the admin kubeconfig while the demo runs")
 	cmd.Flags().StringVar(&examples, "examples", examples, "sample repository for the wave planner step")
+	cmd.Flags().StringVar(&nodeMode, "node", nodeMode, "run the site pods on a real node: auto (when root, node tools and images are there), on or off")
+	cmd.Flags().StringVar(&o.ImagesDir, "images", o.ImagesDir, "folder of image archives (`make image`) the node imports")
 	goFlags := goflag.NewFlagSet("log", goflag.ContinueOnError)
 	zapOpts.BindFlags(goFlags)
 	cmd.Flags().AddGoFlagSet(goFlags)

@@ -31,47 +31,61 @@ type Servers struct {
 // S3Bucket is the bucket the local S3 server starts with.
 const S3Bucket = "decofiles"
 
-// startServers starts every local server under dir, registering each stop with env, and points
-// the manager's options at them.
-func startServers(ctx context.Context, env *Env, dir string, mo *manager.Options) (*Servers, error) {
+// startServers starts every local server under dir on host, registering each stop with env, and
+// points the manager's options at them.
+func startServers(ctx context.Context, env *Env, dir, host string, mo *manager.Options) (*Servers, error) {
 	s := &Servers{}
 	var err error
-	if s.Valkey, err = servers.StartSentinelSet(ctx, servers.SentinelSetOptions{Dir: filepath.Join(dir, "valkey")}); err != nil {
+	if s.Valkey, err = servers.StartSentinelSet(ctx, servers.SentinelSetOptions{Dir: filepath.Join(dir, "valkey"), Host: host}); err != nil {
 		return nil, fmt.Errorf("start Valkey stand-in: %w", err)
 	}
 	env.onStop(func() error { s.Valkey.Stop(); return nil })
+	env.addLog("valkey-master", s.Valkey.Master.LogPath())
+	for i, p := range s.Valkey.Replicas {
+		env.addLog(fmt.Sprintf("valkey-replica-%d", i), p.LogPath())
+	}
+	for i, p := range s.Valkey.Sentinels {
+		env.addLog(fmt.Sprintf("sentinel-%d", i), p.LogPath())
+	}
 	mo.Tenant.SentinelAddrs = s.Valkey.SentinelAddrs()
 	mo.Tenant.SentinelMaster = s.Valkey.MasterName
 
-	if s.MirrorRedis, err = servers.StartRedis(ctx, servers.RedisOptions{Dir: filepath.Join(dir, "mirror-redis")}); err != nil {
+	if s.MirrorRedis, err = servers.StartRedis(ctx, servers.RedisOptions{Dir: filepath.Join(dir, "mirror-redis"), Host: host}); err != nil {
 		return nil, fmt.Errorf("start mirror Redis: %w", err)
 	}
 	env.onStop(s.MirrorRedis.Stop)
+	env.addLog("mirror-redis", s.MirrorRedis.LogPath())
 	mo.Mirror.RedisAddr = s.MirrorRedis.Addr
 
-	if s.S3, err = servers.StartS3(ctx, servers.S3Options{Dir: filepath.Join(dir, "s3")}); err != nil {
+	if s.S3, err = servers.StartS3(ctx, servers.S3Options{Dir: filepath.Join(dir, "s3"), Host: host}); err != nil {
 		return nil, fmt.Errorf("start S3 server: %w", err)
 	}
 	env.onStop(s.S3.Stop)
+	env.addLog("s3", s.S3.LogPath())
 	if err := s.S3.CreateBucket(ctx, S3Bucket, true); err != nil {
 		return nil, err
 	}
 	// The s3 target uploads with the server's root account (through the standard AWS
-	// environment variables, as in production) and pods load path-style from the server itself.
+	// environment variables, as in production) and pods load path-style from the server itself,
+	// which speaks plain HTTP: the object URL injected into pods says http.
 	mo.Decofile.S3.Bucket, mo.Decofile.S3.Region = S3Bucket, s.S3.Region
 	mo.Decofile.S3.Endpoint, mo.Decofile.S3.PathStyle = s.S3.Endpoint, true
+	mo.Decofile.S3.PublicScheme = "http"
 	for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": s.S3.AccessKey, "AWS_SECRET_ACCESS_KEY": s.S3.SecretKey} {
 		if err := os.Setenv(k, v); err != nil {
 			return nil, fmt.Errorf("set %s for the s3 target: %w", k, err)
 		}
 	}
 
-	if s.Git, err = servers.StartGitRemote(ctx, servers.GitRemoteOptions{Root: filepath.Join(dir, "git")}); err != nil {
+	if s.Git, err = servers.StartGitRemote(ctx, servers.GitRemoteOptions{Root: filepath.Join(dir, "git"), Host: host}); err != nil {
 		return nil, fmt.Errorf("start git remote: %w", err)
 	}
 	env.onStop(s.Git.Stop)
 	allowLocalGit(&mo.Decofile.Delivery, s.Git.BaseURL)
 	allowLocalMirrorGit(&mo.Mirror, s.Git.BaseURL)
+	if err := announcePushes(dir, mo, s.Git); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -83,9 +97,6 @@ func allowLocalGit(d *decofile.DeliveryOptions, baseURL string) {
 			d.SourceAllowedSchemes = slices.Clone(egress.DefaultSchemes)
 		}
 		d.SourceAllowedSchemes = append(d.SourceAllowedSchemes, "http")
-	if err := announcePushes(dir, mo, s.Git); err != nil {
-		return nil, err
-	}
 	}
 	d.SourceAllowedHosts = append(d.SourceAllowedHosts, strings.TrimPrefix(baseURL, "http://"))
 }
@@ -103,7 +114,9 @@ func allowLocalMirrorGit(m *mirror.Options, baseURL string) {
 }
 
 // auditWebhook prepares the mirror's audit receiver on a loopback port with a throw-away CA, and
-// returns the API server configuration that posts audit events to it.
+// returns the API server configuration that posts audit events to it. It stays on loopback even
+// with a node: its one caller is the API server, on the machine, and it is configured before the
+// node's address exists.
 func auditWebhook(dir string, mo *manager.Options) (*servers.AuditWebhook, error) {
 	addr, err := loopbackAddr()
 	if err != nil {
