@@ -92,8 +92,12 @@ bench: test-deps test-tools
 	go test -run '^$$' -bench . -benchmem -timeout 30m ./...
 
 ## demo: bring up the whole system locally and show each part working
-demo: test-deps test-tools build
-	$(BIN)/siteops dev demo
+# As root it also builds the node and the images, and the site pods are real pods on a node;
+# otherwise (or when the node's programs or images are missing) it says so and runs them as
+# local processes.
+DEMO_NODE_DEPS := $(if $(filter 0,$(shell id -u)),node-tools image)
+demo: test-deps test-tools build $(DEMO_NODE_DEPS)
+	$(BIN)/siteops dev demo --node=auto
 
 clean:
 	rm -rf $(BIN) .siteops

@@ -1,5 +1,6 @@
 // Package demo walks through every siteops part against a local environment, checking each step
-// and ending with a summary table. `make demo` runs it through `siteops dev demo`.
+// and ending with a summary table. `make demo` runs it through `siteops dev demo`, on a real node
+// when the machine can run one.
 package demo
 
 import (
@@ -12,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/siteops/siteops/internal/devenv"
 )
@@ -58,6 +60,11 @@ func Run(ctx context.Context, o devenv.Options, steps []Step, out io.Writer) (er
 		return fmt.Errorf("demo: start local environment: %w", err)
 	}
 	defer func() { err = errors.Join(err, env.Stop()) }()
+	fmt.Fprintln(out)
+	if err := env.WriteTable(out); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, PodsLine(env))
 
 	var results []result
 	var failed error
@@ -90,6 +97,7 @@ func Run(ctx context.Context, o devenv.Options, steps []Step, out io.Writer) (er
 	if err := tw.Flush(); err != nil {
 		return errors.Join(failed, err)
 	}
+	fmt.Fprintln(out, PodsLine(env))
 	return failed
 }
 
@@ -111,5 +119,14 @@ func controlPlane(ctx context.Context, env *devenv.Env, out io.Writer) (string, 
 	if len(crds.Items) == 0 {
 		return "", errors.New("no siteops CRDs installed")
 	}
-	return fmt.Sprintf("%d CRDs installed, %d namespaces, kubeconfig %s", len(crds.Items), len(nss.Items), env.KubeconfigPath), nil
+	detail := fmt.Sprintf("%d CRDs installed, %d namespaces, kubeconfig %s", len(crds.Items), len(nss.Items), env.KubeconfigPath)
+	if env.Node != nil {
+		var n corev1.Node
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: env.Node.Name}, &n); err != nil {
+			return "", fmt.Errorf("read Node %s: %w", env.Node.Name, err)
+		}
+		fmt.Fprintf(out, "    node %s: kubelet %s, %s, InternalIP %s\n", n.Name, n.Status.NodeInfo.KubeletVersion, n.Status.NodeInfo.ContainerRuntimeVersion, env.Node.IP)
+		detail += fmt.Sprintf(", node %s Ready", n.Name)
+	}
+	return detail, nil
 }

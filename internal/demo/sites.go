@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +15,6 @@ import (
 	"strings"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,25 +25,28 @@ import (
 	"github.com/siteops/siteops/pkg/siteruntime"
 )
 
-// site is the state the Decofile steps share: the site's namespace, its git work tree, and the
-// site-runtime processes standing in for its pods.
+// site is the state the Decofile steps share: the site's namespace, its git work tree, and its
+// pods (real pods on a node, or site-runtime processes standing in for them).
 type site struct {
 	namespace, name string
 	repoURL, work   string
 	pods            []*sitePod
 }
 
-// sitePod is a site runtime serving on its own loopback address, like one pod of the site.
+// sitePod is one pod of the site, reached at addr: a real pod (node set), or a site runtime
+// serving on its own loopback address (server set).
 type sitePod struct {
-	name    string
-	addr    string
-	runtime *siteruntime.Runtime
-	server  *http.Server
+	name   string
+	addr   string
+	node   string
+	server *http.Server
 }
 
 func (s *site) stop() {
 	for _, p := range s.pods {
-		_ = p.server.Close()
+		if p.server != nil {
+			_ = p.server.Close()
+		}
 	}
 }
 
@@ -118,31 +119,19 @@ func (s *site) gitSourcedDecofile(ctx context.Context, env *devenv.Env, out io.W
 	return fmt.Sprintf("Decofile %s Ready at commit %s, %d bytes in ConfigMap %s", s.name, short(head), df.Status.StoredBytes, cm.Name), nil
 }
 
-// injectedPods creates an annotated Deployment, checks what the webhook injected, and runs three
-// site runtimes from the injected pod template, registered as Running pods.
+// injectedPods creates an annotated Deployment, checks what the webhook injected, and checks
+// that its three pods serve the Decofile: real pods of the site image on a node, or, without one,
+// site runtimes started here from the injected pod template and registered as Running pods.
 func (s *site) injectedPods(ctx context.Context, env *devenv.Env, out io.Writer) (string, error) {
-	port, err := freePortOnAll([]string{"127.0.0.21", "127.0.0.22", "127.0.0.23"})
-	if err != nil {
-		return "", err
+	locals := []string{"127.0.0.21", "127.0.0.22", "127.0.0.23"}
+	port := sitePort
+	if env.Node == nil {
+		var err error
+		if port, err = freePortOnAll(locals); err != nil {
+			return "", err
+		}
 	}
-	labels := map[string]string{"app": s.name}
-	deploy := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: s.name, Namespace: s.namespace,
-			Annotations: map[string]string{decov1alpha1.AnnotationInject: s.name},
-		},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr(int32(3)),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name: "app", Image: "deco-site:demo",
-					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: int32(port)}},
-				}}},
-			},
-		},
-	}
+	deploy := siteDeployment(env, s.namespace, s.name, s.name, 3, port)
 	if err := env.Client.Create(ctx, deploy); err != nil {
 		return "", fmt.Errorf("create Deployment: %w", err)
 	}
@@ -159,24 +148,49 @@ func (s *site) injectedPods(ctx context.Context, env *devenv.Env, out io.Writer)
 	fmt.Fprintf(out, "    webhook injected: DECO_RELEASE=%s, volume %s, %s from Secret %s\n",
 		release, tmpl.Spec.Volumes[0].Name, decov1alpha1.EnvReloadToken, tokenRef.SecretKeyRef.Name)
 
-	token := &corev1.Secret{}
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: s.namespace, Name: tokenRef.SecretKeyRef.Name}, token); err != nil {
-		return "", fmt.Errorf("read reload token Secret: %w", err)
-	}
-	cm := &corev1.ConfigMap{}
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: s.namespace, Name: "decofile-" + s.name}, cm); err != nil {
-		return "", err
-	}
-	mountPath := filepath.Dir(strings.TrimPrefix(release, "file://"))
-	for i, ip := range []string{"127.0.0.21", "127.0.0.22", "127.0.0.23"} {
-		p, err := s.startPod(ctx, env, fmt.Sprintf("%s-%d", s.name, i), net.JoinHostPort(ip, strconv.Itoa(port)), tmpl, cm, mountPath, release, string(token.Data[tokenRef.SecretKeyRef.Key]))
+	if env.Node != nil {
+		pods, err := runningPods(ctx, env, deploy, 3)
 		if err != nil {
 			return "", err
 		}
-		s.pods = append(s.pods, p)
-		fmt.Fprintf(out, "    pod %s running at %s serving %d bytes\n", p.name, p.addr, len(p.runtime.Current().Decofile))
+		s.pods = pods
+	} else {
+		token := &corev1.Secret{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: s.namespace, Name: tokenRef.SecretKeyRef.Name}, token); err != nil {
+			return "", fmt.Errorf("read reload token Secret: %w", err)
+		}
+		cm := &corev1.ConfigMap{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: s.namespace, Name: "decofile-" + s.name}, cm); err != nil {
+			return "", err
+		}
+		mountPath := filepath.Dir(strings.TrimPrefix(release, "file://"))
+		for i, ip := range locals {
+			p, err := s.startPod(ctx, env, fmt.Sprintf("%s-%d", s.name, i), net.JoinHostPort(ip, strconv.Itoa(port)), tmpl, cm, mountPath, release, string(token.Data[tokenRef.SecretKeyRef.Key]))
+			if err != nil {
+				return "", err
+			}
+			s.pods = append(s.pods, p)
+		}
 	}
-	return fmt.Sprintf("3 pods injected with %s and serving the Decofile", decov1alpha1.EnvRelease), nil
+	for _, p := range s.pods {
+		content, err := p.content(ctx)
+		if err != nil {
+			return "", err
+		}
+		if !strings.Contains(content, "Welcome & hello") {
+			return "", fmt.Errorf("pod %s does not serve the Decofile's content", p.name)
+		}
+		where := "local process"
+		if p.node != "" {
+			where = "node " + p.node
+		}
+		fmt.Fprintf(out, "    pod %s running at %s (%s) serving %d bytes\n", p.name, p.addr, where, len(content))
+	}
+	if env.Node != nil {
+		return fmt.Sprintf("3 real pods of %s injected with %s (mounted ConfigMap, token from Secret) serving the Decofile at their pod IPs",
+			env.Images[devenv.SiteImage].Ref, decov1alpha1.EnvRelease), nil
+	}
+	return fmt.Sprintf("3 pods (local processes) injected with %s and serving the Decofile", decov1alpha1.EnvRelease), nil
 }
 
 // startPod plays the kubelet for one pod: it materialises the ConfigMap volume into a folder, starts
@@ -219,13 +233,19 @@ func (s *site) startPod(ctx context.Context, env *devenv.Env, name, addr string,
 		_ = srv.Close()
 		return nil, fmt.Errorf("mark pod %s running: %w", name, err)
 	}
-	return &sitePod{name: name, addr: addr, runtime: rt, server: srv}, nil
+	return &sitePod{name: name, addr: addr, server: srv}, nil
 }
 
 // editAndRollout pushes a change, lets the operator deliver it and notify every pod, and confirms
 // it with `siteops decofile wait`.
 func (s *site) editAndRollout(run Runner) func(context.Context, *devenv.Env, io.Writer) (string, error) {
 	return func(ctx context.Context, env *devenv.Env, out io.Writer) (string, error) {
+		// From now on the Decofile polls only every hour: what delivers the edit is the push
+		// event the git remote sends the operator after the push.
+		if err := s.pollEvery(ctx, env, time.Hour); err != nil {
+			return "", err
+		}
+		pushed := time.Now()
 		if err := s.commitBlocks(map[string]string{"pages/Home.json": `{"title":"Winter sale & more","sections":["Hero","Shelf","Countdown"]}`}, "winter sale"); err != nil {
 			return "", err
 		}
@@ -240,20 +260,18 @@ func (s *site) editAndRollout(run Runner) func(context.Context, *devenv.Env, io.
 		}
 		df := &decov1alpha1.Decofile{}
 		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: s.namespace, Name: s.name}, df); err != nil {
-		// From now on the Decofile polls only every hour: what delivers the edit is the push
-		// event the git remote sends the operator after the push.
-		if err := s.pollEvery(ctx, env, time.Hour); err != nil {
-			return "", err
-		}
-		pushed := time.Now()
 			return "", err
 		}
 		for _, p := range s.pods {
-			if got := p.runtime.Current().Hash; got != df.Status.ContentHash {
-				return "", fmt.Errorf("pod %s serves content %s, want %s", p.name, got, df.Status.ContentHash)
+			info, err := p.info(ctx)
+			if err != nil {
+				return "", err
 			}
-			if !strings.Contains(string(p.runtime.Current().Decofile), "Winter sale & more") {
-				return "", fmt.Errorf("pod %s does not serve the edit", p.name)
+			if info.ContentHash != df.Status.ContentHash {
+				return "", fmt.Errorf("pod %s serves content %s, want %s", p.name, info.ContentHash, df.Status.ContentHash)
+			}
+			if content, err := p.content(ctx); err != nil || !strings.Contains(content, "Winter sale & more") {
+				return "", fmt.Errorf("pod %s does not serve the edit (%v)", p.name, err)
 			}
 		}
 		if sent, err := env.Servers.Git.PushEvents(); sent == 0 {
@@ -270,6 +288,12 @@ func (s *site) pollEvery(ctx context.Context, env *devenv.Env, every time.Durati
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: s.namespace, Name: s.name}, df); err != nil {
 		return err
 	}
+	orig := df.DeepCopy()
+	df.Spec.Interval = &metav1.Duration{Duration: every}
+	if err := env.Client.Patch(ctx, df, client.MergeFrom(orig)); err != nil {
+		return fmt.Errorf("set the Decofile's interval: %w", err)
+	}
+	return nil
 }
 
 func (s *site) commitBlocks(files map[string]string, msg string) error {
@@ -378,8 +402,8 @@ func short(sha string) string {
 
 func ptr[T any](v T) *T { return &v }
 
-// flipTargets moves the Decofile to the S3 target, fetches it anonymously from the URL pods would
-// load, and moves it back to the ConfigMap.
+// flipTargets moves the Decofile to the S3 target, fetches it anonymously from the URL pods
+// load, cold-starts a pod from it, and moves it back to the ConfigMap.
 func (s *site) flipTargets(ctx context.Context, env *devenv.Env, out io.Writer) (string, error) {
 	key := client.ObjectKey{Namespace: s.namespace, Name: s.name}
 	setTarget := func(t decov1alpha1.TargetType) error {
@@ -412,25 +436,36 @@ func (s *site) flipTargets(ctx context.Context, env *devenv.Env, out io.Writer) 
 	if err != nil {
 		return "", err
 	}
-	// Pods load https://<public host>/<key>; the local S3 server speaks plain HTTP on that host.
-	u, err := url.Parse(df.Status.S3URL)
+	// The object is public: an anonymous GET of the URL in status, which is the one the webhook
+	// injects into pods (http: the local S3 server speaks plain HTTP).
+	resp, err := http.Get(df.Status.S3URL)
 	if err != nil {
-		return "", fmt.Errorf("status.s3URL %q: %w", df.Status.S3URL, err)
-	}
-	objectURL := env.Servers.S3.Endpoint + u.Path
-	resp, err := http.Get(objectURL)
-	if err != nil {
-		return "", fmt.Errorf("anonymous GET %s: %w", objectURL, err)
+		return "", fmt.Errorf("anonymous GET %s: %w", df.Status.S3URL, err)
 	}
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if err != nil || resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("anonymous GET %s: %s: %w", objectURL, resp.Status, err)
+		return "", fmt.Errorf("anonymous GET %s: %s: %w", df.Status.S3URL, resp.Status, err)
 	}
 	if !strings.Contains(string(body), "Winter sale & more") {
 		return "", fmt.Errorf("object at %s does not hold the current content", df.Status.S3URL)
 	}
-	fmt.Fprintf(out, "    target s3: status.s3URL %s; anonymous GET %s → 200, %d bytes\n", df.Status.S3URL, objectURL, len(body))
+	fmt.Fprintf(out, "    target s3: status.s3URL %s; anonymous GET → 200, %d bytes\n", df.Status.S3URL, len(body))
+	release, content, err := s.coldStart(ctx, env)
+	if err != nil {
+		return "", err
+	}
+	if release != df.Status.S3URL {
+		return "", fmt.Errorf("a new pod got %s=%q, want the object's URL %s", decov1alpha1.EnvRelease, release, df.Status.S3URL)
+	}
+	if !strings.Contains(content, "Winter sale & more") {
+		return "", fmt.Errorf("a pod cold-started from %s does not serve the current content", release)
+	}
+	coldPod := "a site runtime"
+	if env.Node != nil {
+		coldPod = "a real pod"
+	}
+	fmt.Fprintf(out, "    %s cold-started from %s=%s and serves the current content\n", coldPod, decov1alpha1.EnvRelease, release)
 
 	if err := setTarget(decov1alpha1.TargetConfigMap); err != nil {
 		return "", fmt.Errorf("switch back to the configmap target: %w", err)
@@ -446,5 +481,8 @@ func (s *site) flipTargets(ctx context.Context, env *devenv.Env, out io.Writer) 
 		return "", fmt.Errorf("ConfigMap %s does not hold the current content after switching back", cm.Name)
 	}
 	fmt.Fprintf(out, "    target configmap: ConfigMap %s holds the current content again\n", cm.Name)
-	return "configmap → s3 (public object) → configmap", nil
+	if env.Node != nil {
+		return "configmap → s3 (public object; a real pod cold-started from it) → configmap", nil
+	}
+	return "configmap → s3 (public object; a site runtime cold-started from it) → configmap", nil
 }
