@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"crypto/sha256"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -136,17 +137,28 @@ func encodeBody(body []byte, c Coding) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// payload is one push body and its compressed forms, each made at most once and only when a
-// pod accepts it: every pod of a publish reads the same bytes.
+// payload is one Run's push body with the compressed forms of the same bytes, which every pod
+// of the Run, and every Run of the same body (the steps of one publish), share.
 type payload struct {
 	plain []byte
+	forms *forms
+}
+
+// forms are the compressed forms of one body, each made at most once and only when a pod
+// accepts it. They do not hold the body: once no Run sends it, only the compressed bytes stay
+// cached, within maxCachedBytes.
+type forms struct {
+	owner *payloads
 	key   [sha256.Size]byte
-	forms [len(compressed)]struct {
+	coded [len(compressed)]struct {
 		once sync.Once
 		data []byte
 		err  error
 	}
 }
+
+// errNotSmaller is a compressed form no smaller than the body: the body is sent as it is.
+var errNotSmaller = fmt.Errorf("the compressed body is not smaller than the plain one")
 
 func (p *payload) body(c Coding) ([]byte, error) {
 	if c == Identity {
@@ -154,41 +166,76 @@ func (p *payload) body(c Coding) ([]byte, error) {
 	}
 	for i, cc := range compressed {
 		if cc == c {
-			f := &p.forms[i]
-			f.once.Do(func() { f.data, f.err = encodeBody(p.plain, c) })
+			f := &p.forms.coded[i]
+			f.once.Do(func() {
+				f.data, f.err = encodeBody(p.plain, c)
+				if f.err == nil && len(f.data) >= len(p.plain) {
+					f.data, f.err = nil, errNotSmaller
+				}
+				p.forms.owner.grew(p.forms, len(f.data))
+			})
 			return f.data, f.err
 		}
 	}
 	return nil, fmt.Errorf("cannot encode a push body as %s", c)
 }
 
-// payloadCacheSize is how many recent bodies keep their compressed forms, so the steps of one
-// publish (several Runs with the same body) and rollouts of the same content running at once
-// compress it once.
-const payloadCacheSize = 8
+// Bounds of the cache of compressed forms: how many recent bodies keep them, and how many bytes
+// they may hold together (the oldest go first).
+const (
+	payloadCacheSize = 8
+	maxCachedBytes   = 32 << 20
+)
 
-// payloads finds the payload of a body by its SHA-256, keeping the most recent few.
+// payloads finds the compressed forms of a body by its SHA-256, keeping those of the most recent
+// few bodies.
 type payloads struct {
 	mu    sync.Mutex
-	items []*payload // most recent last
+	items []*forms // most recent last
+	sizes map[*forms]int
+	total int
 }
 
 func (ps *payloads) get(body []byte) *payload {
 	key := sha256.Sum256(body)
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	for i, p := range ps.items {
-		if p.key == key && bytes.Equal(p.plain, body) {
-			ps.items = append(append(ps.items[:i:i], ps.items[i+1:]...), p)
-			return p
+	for i, f := range ps.items {
+		if f.key == key {
+			ps.items = append(append(ps.items[:i:i], ps.items[i+1:]...), f)
+			return &payload{plain: body, forms: f}
 		}
 	}
-	p := &payload{plain: body, key: key}
-	if len(ps.items) >= payloadCacheSize {
-		ps.items = append(ps.items[:0:0], ps.items[1:]...)
+	f := &forms{owner: ps, key: key}
+	ps.items = append(ps.items, f)
+	ps.evict()
+	return &payload{plain: body, forms: f}
+}
+
+// grew records n more cached bytes for f.
+func (ps *payloads) grew(f *forms, n int) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if !slices.Contains(ps.items, f) {
+		return // evicted meanwhile: only its Runs hold it
 	}
-	ps.items = append(ps.items, p)
-	return p
+	if ps.sizes == nil {
+		ps.sizes = map[*forms]int{}
+	}
+	ps.sizes[f] += n
+	ps.total += n
+	ps.evict()
+}
+
+// evict drops the oldest entries past the count or byte bound; a Run using one keeps its own
+// reference until it ends.
+func (ps *payloads) evict() {
+	for len(ps.items) > payloadCacheSize || (ps.total > maxCachedBytes && len(ps.items) > 1) {
+		old := ps.items[0]
+		ps.items = ps.items[1:]
+		ps.total -= ps.sizes[old]
+		delete(ps.sizes, old)
+	}
 }
 
 // podCodings remembers, per pod UID, what each pod said about compressed bodies: the codings

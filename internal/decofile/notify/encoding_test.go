@@ -2,6 +2,7 @@ package notify
 
 import (
 	"bytes"
+	"crypto/rand"
 	"testing"
 )
 
@@ -25,6 +26,30 @@ func TestPayloadIsCompressedOnce(t *testing.T) {
 	}
 	if len(ps.items) != payloadCacheSize {
 		t.Fatalf("cache holds %d bodies, want at most %d", len(ps.items), payloadCacheSize)
+	}
+}
+
+// The cache keeps no plain body, and compressed forms only within maxCachedBytes: incompressible
+// bodies are sent plain and leave nothing behind.
+func TestPayloadCacheIsBounded(t *testing.T) {
+	var ps payloads
+	random := make([]byte, 1<<20)
+	_, _ = rand.Read(random)
+	p := ps.get(random)
+	if _, err := p.body(Gzip); err == nil {
+		t.Fatal("an incompressible body got a compressed form")
+	}
+	if ps.total != 0 {
+		t.Fatalf("cache holds %d bytes for an incompressible body", ps.total)
+	}
+	for i := range payloadCacheSize {
+		body := bytes.Repeat([]byte{byte('a' + i)}, 1<<20)
+		if _, err := ps.get(body).body(Brotli); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ps.total > maxCachedBytes || len(ps.items) > payloadCacheSize {
+		t.Fatalf("cache holds %d bytes in %d entries", ps.total, len(ps.items))
 	}
 }
 

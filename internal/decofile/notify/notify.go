@@ -419,7 +419,8 @@ func (n *Notifier) sendCoded(ctx context.Context, r Rollout, body *payload, sent
 	if body != nil {
 		var err error
 		if data, err = body.body(coding); err != nil {
-			// Compressing cannot fail on bytes in memory; should it, the plain body still works.
+			// Content that does not compress (or, in theory, a failing encoder): the plain body
+			// works for every pod.
 			coding, data = Identity, body.plain
 		}
 	}
