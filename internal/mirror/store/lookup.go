@@ -182,6 +182,9 @@ func isDelete(verb string) bool { return verb == verbDelete || verb == verbDelet
 // the key kind decides exact versus weak.
 func classify(f AuthorFact, kind keyKind) AttributionResult {
 	switch {
+	case f.Verb == verbDeleteCollection && f.Name == "":
+		// A scope credit kept for the object by Stick: the delete never named it.
+		return AttributionExactDeleteCollectionScope
 	case f.Verb == verbDeleteCollection:
 		return AttributionExactDeleteCollectionItem
 	case kind != kindExact:

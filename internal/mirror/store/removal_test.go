@@ -146,7 +146,7 @@ func TestDeleteCollectionScope(t *testing.T) {
 		t.Fatal(err)
 	}
 	later, err := idx.Find(ctx, Query{Route: "r", GVR: cmGVR, UID: "u8", RV: "77", Removal: true, Namespace: "ns", At: t0.Add(time.Hour)})
-	if err != nil || later.Fact.Author != "dora" || later.Provisional {
+	if err != nil || later.Fact.Author != "dora" || later.Provisional || later.Result != AttributionExactDeleteCollectionScope {
 		t.Fatalf("removal an hour later = %+v, %v; want dora's credit, final", later, err)
 	}
 	// A collection delete without a request time has no window and is not recorded; an empty
