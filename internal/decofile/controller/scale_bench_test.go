@@ -1,0 +1,219 @@
+package controller_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/internal/manager"
+	"github.com/siteops/siteops/internal/testenv"
+)
+
+// Scale of BenchmarkColdStart: Decofiles, namespaces, and the inline content of each.
+const (
+	scaleDecofiles  = 5000
+	scaleNamespaces = 500
+	scaleBytes      = 50 << 10
+)
+
+// BenchmarkColdStart creates 5 000 inline Decofiles of 50 KB each in 500 namespaces on the local
+// API server, then starts the manager as the siteops-manager command builds it (the decofile
+// part, injection off) and reports the time until every Decofile is Ready, and the manager's
+// heap and resident memory at rest afterwards (goals: 60 s, 300 MiB). Heap is what the
+// process holds live after a GC; RSS is the whole test process, an upper bound. It gives up
+// after 10 minutes and reports how many were Ready by then.
+func BenchmarkColdStart(b *testing.B) {
+	if testing.Short() {
+		b.Skip("needs the local API server")
+	}
+	c := testenv.APIServer(b)
+	// As ctrl.GetConfig gives the siteops-manager command: no client-side rate limit (the API
+	// server's priority and fairness applies). The setup's client has none either.
+	cfg := rest.CopyConfig(c.Config)
+	cfg.QPS = -1
+	cl, err := client.New(cfg, client.Options{Scheme: c.Scheme})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < b.N; i++ {
+		prefix := fmt.Sprintf("scale%d", i)
+		created := time.Now()
+		createScaleDecofiles(b, cl, prefix)
+		b.Logf("created %d Decofiles of %d bytes in %d namespaces in %s", scaleDecofiles, scaleBytes, scaleNamespaces, time.Since(created).Round(time.Second))
+		runtime.GC()
+		debug.FreeOSMemory()
+
+		o := manager.DefaultOptions()
+		o.Controllers = []string{manager.PartDecofile}
+		o.MetricsAddr, o.ProbeAddr, o.LeaderElect = "0", "0", false
+		o.Decofile.DisableInjection = true
+		mgr, err := manager.New(cfg, o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		start := time.Now()
+		stop := testenv.StartManager(b, mgr)
+		ready := 0
+		for ready < scaleDecofiles {
+			if time.Since(start) > 10*time.Minute {
+				// Far past the goal: report how far it got rather than fail the other benchmarks.
+				b.Logf("%d of %d Decofiles Ready after %s", ready, scaleDecofiles, time.Since(start))
+				break
+			}
+			time.Sleep(time.Second)
+			if ready, err = countReady(cfg, prefix); err != nil {
+				b.Fatal(err)
+			}
+		}
+		coldStart := time.Since(start)
+		b.StopTimer()
+
+		// At rest: the queue drained (nothing changes for a few seconds), then a full GC.
+		time.Sleep(10 * time.Second)
+		runtime.GC()
+		debug.FreeOSMemory()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		b.ReportMetric(coldStart.Seconds(), "cold-start-s")
+		b.ReportMetric(float64(ready), "ready")
+		b.ReportMetric(float64(ms.HeapAlloc)/(1<<20), "heap-live-MiB")
+		b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-inuse-MiB")
+		b.ReportMetric(float64(rssBytes())/(1<<20), "rss-MiB")
+		stop()
+		b.StartTimer()
+	}
+}
+
+// createScaleDecofiles creates the namespaces and Decofiles of BenchmarkColdStart, 16 at a time.
+func createScaleDecofiles(b *testing.B, cl client.Client, prefix string) {
+	b.Helper()
+	ctx := context.Background()
+	namespaces := make([]string, scaleNamespaces)
+	for i := range namespaces {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", prefix, i)}}
+		if err := cl.Create(ctx, ns); err != nil {
+			b.Fatalf("create namespace: %v", err)
+		}
+		b.Cleanup(func() { _ = cl.Delete(context.Background(), ns) })
+		namespaces[i] = ns.Name
+	}
+	// Blocks of about 5 KB of distinct text each: ten make one Decofile.
+	block := func(d, k int) string {
+		var sb strings.Builder
+		fmt.Fprintf(&sb, `{"__resolveType":"site/sections/Content.tsx","id":%d,"html":"`, d*100+k)
+		for sb.Len() < scaleBytes/10-8 {
+			fmt.Fprintf(&sb, "<p>Decofile %d block %d: lorem ipsum dolor sit amet.</p>", d, k)
+		}
+		sb.WriteString(`"}`)
+		return sb.String()
+	}
+	work := make(chan int)
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for range 16 {
+		wg.Go(func() {
+			for d := range work {
+				values := map[string]string{}
+				for k := range 10 {
+					values[fmt.Sprintf("pages-%d", k)] = block(d, k)
+				}
+				df := &decov1.Decofile{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("site-%d", d), Namespace: namespaces[d%scaleNamespaces]},
+					Spec: decov1.DecofileSpec{Source: decov1.SourceInline, Inline: inline(values)}}
+				if err := cl.Create(ctx, df); err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+			}
+		})
+	}
+	for d := range scaleDecofiles {
+		work <- d
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatalf("create Decofiles: %v", err)
+	}
+}
+
+// countReady counts the Decofiles in namespaces named prefix-* whose Ready column is True, from
+// the API server's table form (only the printer columns travel, not 250 MB of content).
+func countReady(cfg *rest.Config, prefix string) (int, error) {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return 0, err
+	}
+	req, err := http.NewRequest(http.MethodGet, strings.TrimSuffix(cfg.Host, "/")+"/apis/deco.sites/v1alpha1/decofiles?includeObject=Metadata", nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("list Decofiles as a table: HTTP %d %v", resp.StatusCode, err)
+	}
+	var table metav1.Table
+	if err := json.Unmarshal(raw, &table); err != nil {
+		return 0, err
+	}
+	col := -1
+	for i, cd := range table.ColumnDefinitions {
+		if cd.Name == "Ready" {
+			col = i
+		}
+	}
+	if col < 0 {
+		return 0, fmt.Errorf("no Ready column in %v", table.ColumnDefinitions)
+	}
+	n := 0
+	for _, row := range table.Rows {
+		var meta metav1.PartialObjectMetadata
+		if err := json.Unmarshal(row.Object.Raw, &meta); err != nil {
+			return 0, err
+		}
+		if strings.HasPrefix(meta.Namespace, prefix+"-") && col < len(row.Cells) && row.Cells[col] == string(corev1.ConditionTrue) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// rssBytes is this process's resident set size.
+func rssBytes() int64 {
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
