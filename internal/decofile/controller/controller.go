@@ -398,6 +398,12 @@ func (r *Reconciler) store(ctx context.Context, df *decov1.Decofile, next *decov
 		return fail(&source.Error{Reason: source.ReasonInvalidContent, Err: err})
 	}
 	hash := encode.Hash(merged)
+	if rolledBack(df, hash, "") {
+		// A progressive rollout rolled this content back: the restored content stays until the
+		// source changes. Also while the status still names it (the rollback is writing the
+		// ConfigMap and then the status): nothing is written meanwhile.
+		return outcome{known: true}
+	}
 	if !intact && df.Status.StoredHash == "" && cm != nil {
 		if a, ok := adoptable(cm, hash, r.contentLimit()); ok {
 			if err := r.adoptConfigMap(ctx, df, cm, hash, a); err != nil {
@@ -562,7 +568,7 @@ func (r *Reconciler) fetch(ctx context.Context, df *decov1.Decofile, intact bool
 		if upToDate(sha) {
 			return nil, sha, true, nil
 		}
-		if r.isRejected(df, sha) {
+		if r.isRejected(df, sha) || rolledBack(df, "", sha) {
 			return nil, sha, false, errRejected
 		}
 		blocks, err = r.opts.GitHub.Fetch(ctx, gh.Org, gh.Repo, sha, gh.Path, token)
@@ -587,7 +593,7 @@ func (r *Reconciler) fetch(ctx context.Context, df *decov1.Decofile, intact bool
 		if upToDate(sha) {
 			return nil, sha, true, nil
 		}
-		if r.isRejected(df, sha) {
+		if r.isRejected(df, sha) || rolledBack(df, "", sha) {
 			return nil, sha, false, errRejected
 		}
 		blocks, err = r.opts.Git.Fetch(ctx, g.URL, ref, sha, g.Path, auth)

@@ -64,6 +64,9 @@ func (r *Reconciler) deliverS3(ctx context.Context, df *decov1.Decofile, next *d
 		return out
 	}
 	hash := encode.Hash(merged)
+	if rolledBack(df, hash, "") {
+		return outcome{known: true} // rolled back by a progressive rollout; kept until the source changes
+	}
 	if hash == df.Status.ContentHash && intact {
 		return succeeded(false)
 	}
