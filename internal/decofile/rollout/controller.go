@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -74,6 +75,8 @@ type Reconciler struct {
 	recorder events.EventRecorder
 	notifier *notify.Notifier
 	opts     Options
+	// checkClient asks pods for their health after a step (no redirects, no proxy).
+	checkClient *http.Client
 
 	mu       sync.Mutex
 	failures map[string]failure
@@ -96,6 +99,7 @@ type failure struct {
 // +kubebuilder:rbac:groups=deco.sites,resources=decofiles/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=configmaps;secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=create;update
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Setup registers the rollout controller with mgr.
@@ -130,15 +134,16 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	}
 	o.Loaders = loaders
 	r := &Reconciler{
-		client:   mgr.GetClient(),
-		reader:   reader,
-		recorder: mgr.GetEventRecorder("siteops-rollout"),
-		notifier: notify.New(o.Notify),
-		opts:     o,
-		failures: map[string]failure{},
-		loads:    make(chan struct{}, o.MaxConcurrentLoads),
-		memory:   newBudget(o.MemoryBytes, o.MaxContentBytes),
-		runners:  newRunners(),
+		client:      mgr.GetClient(),
+		reader:      reader,
+		recorder:    mgr.GetEventRecorder("siteops-rollout"),
+		notifier:    notify.New(o.Notify),
+		checkClient: notify.NewClient(),
+		opts:        o,
+		failures:    map[string]failure{},
+		loads:       make(chan struct{}, o.MaxConcurrentLoads),
+		memory:      newBudget(o.MemoryBytes, o.MaxContentBytes),
+		runners:     newRunners(),
 	}
 	if err := mgr.Add(&r.runners); err != nil {
 		return fmt.Errorf("add rollout runners: %w", err)
@@ -210,6 +215,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if readyStatus(&df) != metav1.ConditionTrue || hash == "" || hash == df.Status.NotifiedHash {
 		if hash != "" && hash == df.Status.NotifiedHash {
 			r.forget(key)
+			if err := r.keepLastGood(ctx, &df); err != nil {
+				logf.FromContext(ctx).Info("could not keep the confirmed content for rollbacks", "error", err.Error())
+			}
 		}
 		return ctrl.Result{}, nil
 	}
@@ -243,6 +251,10 @@ func (r *Reconciler) rollout(ctx context.Context, df *decov1alpha1.Decofile, has
 			return 0 // stopped or superseded
 		}
 		defer release()
+	}
+	if ro := df.Status.Rollout; ro != nil && ro.FailedHash == hash {
+		// A rollback of this version did not end: finish it.
+		return r.resumeRollback(ctx, df, hash, id)
 	}
 	loader, ok := r.opts.Loaders[df.TargetOrDefault()]
 	if !ok {
@@ -297,6 +309,9 @@ func (r *Reconciler) rollout(ctx context.Context, df *decov1alpha1.Decofile, has
 		ro.Body = notify.PushBody(content.Timestamp, content.JSON)
 	}
 	content = Content{} // the body holds the only copy needed from here on
+	if df.Spec.Rollout != nil {
+		return r.progressive(ctx, df, hash, id, ro, pods, startedAt)
+	}
 	log.Info("notifying pods", "pods", len(pods), "protocol", r.opts.Protocol)
 	runCtx, stopWatch := r.watchSupersede(ctx, key, hash)
 	res := r.notifier.Run(runCtx, ro)

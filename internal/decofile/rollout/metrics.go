@@ -8,7 +8,7 @@ import (
 var (
 	rolloutsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "deco_operator_decofile_rollouts_total",
-		Help: "Decofile rollouts to running pods, by result (succeeded, failed).",
+		Help: "Decofile rollouts to running pods, by result (succeeded, failed, rolled_back).",
 	}, []string{"result"})
 	rolloutDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "deco_operator_decofile_rollout_duration_seconds",
