@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -51,7 +52,8 @@ func newDecofileWaitCommand() *cobra.Command {
 		Short: "Wait until a Decofile's content is confirmed by every pod",
 		Long: "Reads the Decofile and decides from its PodsNotified condition; otherwise watches it from the\n" +
 			"version it read, so no update is missed. Exit status: 0 when PodsNotified=True for the awaited\n" +
-			"version, 1 when False for it (or the Decofile is silent), 2 on timeout.",
+			"version, 1 when False for it (or the Decofile is silent, or a progressive rollout rolled it back),\n" +
+			"2 on timeout. A progressive rollout (spec.rollout) shows its step, phase and updated pods live.",
 		Example: "  siteops decofile wait shop -n sites-shop --for commit:0123abc\n" +
 			"  siteops decofile wait shop --for current --timeout 10m",
 		Args: cobra.ExactArgs(1),
@@ -143,12 +145,20 @@ func runDecofileWait(ctx context.Context, c client.WithWatch, key client.ObjectK
 	return werr
 }
 
-// waitProgressLine is one line about a pending rollout.
+// waitProgressLine is one line about a pending rollout. A progressive rollout (spec.rollout)
+// shows its step and phase: "step 2/4 pausing: 3/30 pods updated, …", and a rollback as it runs.
 func waitProgressLine(v follow.Verdict) string {
-	if ro := v.Rollout; ro != nil {
-		return fmt.Sprintf("%s: notified %d/%d pods (failed %d, skipped %d)%s", v.ID, ro.Notified, ro.Total, ro.Failed, ro.Skipped, waitElapsed(ro.StartedAt))
+	ro := v.Rollout
+	switch {
+	case ro == nil:
+		return v.Message
+	case ro.Phase == "RollingBack":
+		return fmt.Sprintf("%s: rolling back at step %d/%d: %s%s", v.ID, ro.Step, ro.Steps, v.Message, waitElapsed(ro.StartedAt))
+	case ro.Steps > 0:
+		return fmt.Sprintf("%s: step %d/%d %s: %d/%d pods updated, notified %d (failed %d, skipped %d)%s", v.ID, ro.Step, ro.Steps,
+			strings.ToLower(ro.Phase), ro.Updated, ro.Total, ro.Notified, ro.Failed, ro.Skipped, waitElapsed(ro.StartedAt))
 	}
-	return v.Message
+	return fmt.Sprintf("%s: notified %d/%d pods (failed %d, skipped %d)%s", v.ID, ro.Notified, ro.Total, ro.Failed, ro.Skipped, waitElapsed(ro.StartedAt))
 }
 
 func waitElapsed(t *metav1.Time) string {
