@@ -3,21 +3,32 @@ package mirror_test
 import (
 	"context"
 	"fmt"
+	"net"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/siteops/siteops/internal/mirror"
+	"github.com/siteops/siteops/internal/mirror/attribution"
+	"github.com/siteops/siteops/internal/mirror/audit"
 	"github.com/siteops/siteops/internal/mirror/engine"
 	"github.com/siteops/siteops/internal/mirror/gitwriter"
+	"github.com/siteops/siteops/internal/mirror/verify"
 	"github.com/siteops/siteops/internal/scheme"
 	"github.com/siteops/siteops/internal/servers"
 	"github.com/siteops/siteops/internal/testenv"
@@ -171,4 +182,209 @@ func countPushed(updated, pushed map[string]time.Time) int {
 		}
 	}
 	return n
+}
+
+// BenchmarkMirrorAttributedChanges runs the whole mirror with author attribution: a real API
+// server posts its audit webhook over mTLS to the manager's receiver and also writes its audit
+// log to a file; 5 users update 40 ConfigMaps at about 200 changes/s (at least 1000 changes, or
+// b.N) and each then deletes one of its ConfigMaps. It reports the rate, the latency from each
+// watch event to the push holding it (p50, p99), the Redis commands per change (from the
+// server's INFO commandstats: fact writes, announcements, lookups) and the result of replaying
+// the audit log against the pushed history (siteops mirror verify): the share of changes whose
+// commit names the user the log names, and the mismatches, which fail the benchmark.
+func BenchmarkMirrorAttributedChanges(b *testing.B) {
+	const (
+		perUser = 8
+		rate    = 200
+	)
+	users := []string{"u1", "u2", "u3", "u4", "u5"}
+	changes := max(b.N, 1000)
+	b.StopTimer()
+	ip := testenv.LoopbackIP()
+	port, err := servers.FreePort(ip)
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := net.JoinHostPort(ip, strconv.Itoa(port))
+	certs := testenv.NewMTLS(b, "kube-apiserver", ip)
+	aw, err := servers.WriteAuditWebhook(b.TempDir(), "https://"+addr+audit.PathPrefix+"prod", certs.MTLS, configMapAuditPolicy)
+	if err != nil {
+		b.Fatal(err)
+	}
+	auditLog := filepath.Join(b.TempDir(), "audit.log")
+	c := testenv.NewAPIServer(b, servers.APIServerOptions{Configure: aw.Configure, AuditLogPath: auditLog})
+	rds := testenv.Redis(b, servers.RedisOptions{})
+	f := newFixture(b, c)
+	var (
+		mu      sync.Mutex
+		latency []time.Duration
+		last    time.Time
+	)
+	_, stop := runManagerWith(b, c, mirror.Options{RedisAddr: rds.Addr, RedisKeyPrefix: "bench", Attribution: attribution.Options{
+		Enabled: true, Grace: attribution.DefaultGrace, FactTTL: time.Minute, Route: "prod",
+		ListenAddress: addr, CertDir: certs.CertDir, ClientCAFile: certs.CAFile, ClientNames: []string{"kube-apiserver"},
+	}}, "", func(e *engine.Engine) {
+		setEgress := e.WriterHook
+		e.WriterHook = func(cfg *gitwriter.Config) {
+			setEgress(cfg)
+			cfg.OnPushed = func(ps []gitwriter.Pushed) {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, p := range ps {
+					if !p.Received.IsZero() {
+						latency = append(latency, p.PushedAt.Sub(p.Received))
+					}
+					last = p.PushedAt
+				}
+			}
+		}
+	})
+	defer stop()
+	f.target(b, "bench", "clusters/prod", time.Second, "")
+	f.watchRule(b, "cms", "bench", cmRule())
+	base := "clusters/prod/" + f.ns + "/core/configmaps/"
+	ctx := context.Background()
+	clients := make([]client.Client, len(users))
+	for i, u := range users {
+		usr, err := c.Env.AddUser(envtest.User{Name: u, Groups: []string{"system:masters"}}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg := usr.Config()
+		cfg.QPS, cfg.Burst = -1, 0
+		if clients[i], err = client.New(cfg, client.Options{Scheme: scheme.New()}); err != nil {
+			b.Fatal(err)
+		}
+		for j := range perUser {
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", u, j), Namespace: f.ns}, Data: map[string]string{"v": "0"}}
+			if err := clients[i].Create(ctx, cm); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	f.waitFile(b, base+fmt.Sprintf("%s-%d.yaml", users[len(users)-1], perUser-1), `v: "0"`)
+	before := redisCommands(b, rds.Addr)
+	mu.Lock()
+	latency = nil
+	mu.Unlock()
+
+	b.StartTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	per := changes / len(users)
+	for i, u := range users {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(time.Second * time.Duration(len(users)) / rate)
+			defer tick.Stop()
+			for k := range per {
+				<-tick.C
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", u, k%perUser), Namespace: f.ns}}
+				patch := fmt.Appendf(nil, `{"data":{"v":"%d"}}`, k+1)
+				if err := clients[i].Patch(ctx, cm, client.RawPatch(types.MergePatchType, patch)); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+			gone := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: u + "-0", Namespace: f.ns}}
+			if err := clients[i].Delete(ctx, gone); err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, u := range users {
+		f.waitNoFile(b, base+u+"-0.yaml")
+		for j := 1; j < perUser; j++ {
+			// The user's last patch of ConfigMap j was its largest k with k%perUser == j.
+			k := (per-1-j)/perUser*perUser + j
+			f.waitFile(b, base+fmt.Sprintf("%s-%d.yaml", u, j), fmt.Sprintf(`v: "%d"`, k+1))
+		}
+	}
+	b.StopTimer()
+	made := per*len(users) + len(users)
+	after := redisCommands(b, rds.Addr)
+
+	fh, err := os.Open(auditLog)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer fh.Close()
+	log, err := verify.ReadAuditLog(fh, start)
+	if err != nil {
+		b.Fatal(err)
+	}
+	repo, err := verify.OpenRepository(f.bare)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rep, err := verify.Verify(repo, log, verify.Options{Since: start, Ref: "main", Identity: attribution.Identity{}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var out strings.Builder
+	_ = rep.Print(&out)
+	b.Log("audit log replayed against the history:\n" + out.String())
+	if len(rep.Mismatches) > 0 {
+		b.Errorf("%d changes name another author than the audit log", len(rep.Mismatches))
+	}
+	correct := 0
+	for _, s := range rep.Classes {
+		correct += s.Correct
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(latency)
+	elapsed := last.Sub(start)
+	cmds := 0
+	for name, n := range after {
+		cmds += int(n - before[name])
+	}
+	b.ReportMetric(float64(made)/elapsed.Seconds(), "changes/s")
+	if len(latency) > 0 {
+		b.ReportMetric(float64(latency[len(latency)/2].Milliseconds()), "p50-ms")
+		b.ReportMetric(float64(latency[len(latency)*99/100].Milliseconds()), "p99-ms")
+	}
+	b.ReportMetric(float64(cmds)/float64(made), "redis-cmds/change")
+	b.ReportMetric(100*float64(correct)/float64(max(1, rep.Changes-rep.Unverifiable)), "%verified")
+	b.Logf("%d changes in %s, %d commits checked, redis commands by name: %v", made, elapsed.Round(time.Millisecond), rep.Commits, commandDelta(before, after))
+}
+
+// redisCommands reads the calls of every command from INFO commandstats, leaving out the
+// commands the measurement itself and idle connections send (info, ping).
+func redisCommands(t testing.TB, addr string) map[string]int64 {
+	t.Helper()
+	rc := redis.NewClient(&redis.Options{Addr: addr})
+	defer rc.Close()
+	info, err := rc.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		name, isCmd := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !isCmd || name == "info" || name == "ping" {
+			continue
+		}
+		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+		n, err := strconv.ParseInt(calls, 10, 64)
+		if err != nil {
+			t.Fatalf("commandstats line %q: %v", line, err)
+		}
+		out[name] = n
+	}
+	return out
+}
+
+func commandDelta(before, after map[string]int64) map[string]int64 {
+	d := map[string]int64{}
+	for name, n := range after {
+		if n > before[name] {
+			d[name] = n - before[name]
+		}
+	}
+	return d
 }

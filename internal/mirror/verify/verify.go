@@ -92,7 +92,12 @@ type Report struct {
 // URL into memory.
 func OpenRepository(src string) (*git.Repository, error) {
 	if st, err := os.Stat(src); err == nil && st.IsDir() {
-		r, err := git.PlainOpenWithOptions(src, &git.PlainOpenOptions{DetectDotGit: true})
+		// A bare repository (a git host's own copy) opens as it is; a folder inside a working
+		// tree finds its .git above.
+		r, err := git.PlainOpen(src)
+		if errors.Is(err, git.ErrRepositoryNotExists) {
+			r, err = git.PlainOpenWithOptions(src, &git.PlainOpenOptions{DetectDotGit: true})
+		}
 		if err != nil {
 			return nil, fmt.Errorf("open the git repository at %s: %w", src, err)
 		}
