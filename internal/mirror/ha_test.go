@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +20,9 @@ import (
 	"github.com/siteops/siteops/internal/servers"
 	"github.com/siteops/siteops/internal/testenv"
 )
+
+// haRuns numbers the failover runs of this test binary.
+var haRuns atomic.Int64
 
 // replica is one siteops-manager process competing for the leader Lease with the manager's
 // default lease settings.
@@ -85,7 +89,9 @@ func failover(t testing.TB) time.Duration {
 	if err := os.WriteFile(kubeconfig, c.KubeConfig, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	leaseID := "ha-" + testenv.Name(t)
+	// One Lease per run: a benchmark's earlier runs keep their standby (now the leader) until
+	// the benchmark ends.
+	leaseID := fmt.Sprintf("ha-%d-%s", haRuns.Add(1), testenv.Name(t))
 	replicas := []*replica{
 		startReplica(t, bin, kubeconfig, srv.Addr, leaseID, filepath.Join(dir, "a.log")),
 		startReplica(t, bin, kubeconfig, srv.Addr, leaseID, filepath.Join(dir, "b.log")),
@@ -139,6 +145,9 @@ func failover(t testing.TB) time.Duration {
 	if !standby.leading(leaseID) {
 		t.Error("the change was pushed, but the standby does not report holding the Lease")
 	}
+	// The next run (a benchmark's) must not find this run's leader mirroring its targets.
+	_ = standby.cmd.Process.Signal(syscall.SIGTERM)
+	_ = standby.cmd.Wait()
 	return gap
 }
 
