@@ -69,7 +69,7 @@ var secretFlags = map[string]string{
 
 // computedFlags are value keys that are null by default because the chart fills them from the
 // release (names and namespace).
-var computedFlags = []string{"webhook-cert-hosts", "webhook-ca-secret", "leader-election-namespace"}
+var computedFlags = []string{"webhook-cert-hosts", "webhook-ca-secret", "leader-election-namespace", "secret-hash-key-secret"}
 
 // managerFlags is the manager's real flag set with its defaults.
 func managerFlags() (*pflag.FlagSet, *manager.Options) {
@@ -465,8 +465,13 @@ func TestRBACPerPart(t *testing.T) {
 			if want := slices.Contains(parts, "decofile") || slices.Contains(parts, "mirror"); hasWebhooks != want {
 				t.Errorf("webhook configurations rendered: %v, want them exactly when the decofile or mirror part runs", hasWebhooks)
 			}
-			if len(m.kind("Role")) != 1 || len(m.kind("RoleBinding")) != 1 {
-				t.Errorf("want only the leader election Role and RoleBinding, got %d and %d", len(m.kind("Role")), len(m.kind("RoleBinding")))
+			// The leader election Role, and the mirror's for creating its hash key Secret.
+			wantRoles := 1
+			if slices.Contains(parts, "mirror") {
+				wantRoles = 2
+			}
+			if len(m.kind("Role")) != wantRoles || len(m.kind("RoleBinding")) != wantRoles {
+				t.Errorf("want %d Roles and RoleBindings (leader election, the mirror's hash key), got %d and %d", wantRoles, len(m.kind("Role")), len(m.kind("RoleBinding")))
 			}
 		})
 	}

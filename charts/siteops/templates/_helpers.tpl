@@ -102,6 +102,9 @@ app.kubernetes.io/component: manager
 {{- if and (kindIs "invalid" (index $flags "webhook-ca-secret")) (include "siteops.selfSigned" .) -}}
 {{- $_ := set $flags "webhook-ca-secret" (printf "%s/%s-webhook-ca" .Release.Namespace (include "siteops.fullname" .)) -}}
 {{- end -}}
+{{- if and (kindIs "invalid" (index $flags "secret-hash-key-secret")) (include "siteops.enabled" (dict "part" "mirror" "root" .)) -}}
+{{- $_ := set $flags "secret-hash-key-secret" (printf "%s/%s-mirror-secret-hash-key" .Release.Namespace (include "siteops.fullname" .)) -}}
+{{- end -}}
 {{- if and (not (index $flags "github-app-private-key-file")) .Values.secrets.githubAppPrivateKey.name -}}
 {{- $_ := set $flags "github-app-private-key-file" (printf "/etc/siteops/github-app/%s" .Values.secrets.githubAppPrivateKey.key) -}}
 {{- end -}}

@@ -28,8 +28,9 @@ func TargetHashKey(master []byte, targetUID string) []byte {
 	return h.Sum(nil)
 }
 
-// The hash key Secret is read and, the first time, created.
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create
+// The hash key Secret is read anywhere it is named; creating it is granted only in the manager's
+// own namespace (a Role the chart adds), so the mirror holds no cluster-wide Secret write.
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 
 // HashKeys loads the manager's hash key once, from a Secret it creates when missing. Without a
 // Secret (Ref empty) the key is random and lives as long as the process: the mirror still
