@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/manager"
@@ -26,11 +28,21 @@ import (
 )
 
 // Scale of BenchmarkColdStart: Decofiles, namespaces, and the inline content of each.
-const (
-	scaleDecofiles  = 5000
-	scaleNamespaces = 500
-	scaleBytes      = 50 << 10
+// SITEOPS_SCALE_DECOFILES lowers the count (namespaces follow at one per ten Decofiles) to
+// iterate on a change quickly; the goals are for the full scale.
+var (
+	scaleDecofiles  = scaleFromEnv("SITEOPS_SCALE_DECOFILES", 5000)
+	scaleNamespaces = max(1, scaleDecofiles/10)
 )
+
+const scaleBytes = 50 << 10
+
+func scaleFromEnv(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
 
 // BenchmarkColdStart creates 5 000 inline Decofiles of 50 KB each in 500 namespaces on the local
 // API server, then starts the manager as the siteops-manager command builds it (the decofile
@@ -63,7 +75,12 @@ func BenchmarkColdStart(b *testing.B) {
 		o.Controllers = []string{manager.PartDecofile}
 		o.MetricsAddr, o.ProbeAddr, o.LeaderElect = "0", "0", false
 		o.Decofile.DisableInjection = true
-		mgr, err := manager.New(cfg, o)
+		// The manager's requests are counted on the wire (by verb and resource) without
+		// changing its setup: only the transport is wrapped.
+		counted := rest.CopyConfig(cfg)
+		reqs := &requestCounter{counts: map[string]int{}}
+		counted.Wrap(reqs.wrap)
+		mgr, err := manager.New(counted, o)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -96,6 +113,10 @@ func BenchmarkColdStart(b *testing.B) {
 		b.ReportMetric(float64(ms.HeapAlloc)/(1<<20), "heap-live-MiB")
 		b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-inuse-MiB")
 		b.ReportMetric(float64(rssBytes())/(1<<20), "rss-MiB")
+		b.ReportMetric(deliveryReconciles()/float64(scaleDecofiles), "reconciles/decofile")
+		total, byKind := reqs.snapshot()
+		b.ReportMetric(float64(total)/float64(scaleDecofiles), "requests/decofile")
+		b.Logf("API requests of the manager by verb and resource: %s", byKind)
 		stop()
 		b.StartTimer()
 	}
@@ -153,6 +174,111 @@ func createScaleDecofiles(b *testing.B, cl client.Client, prefix string) {
 	close(errs)
 	if err := <-errs; err != nil {
 		b.Fatalf("create Decofiles: %v", err)
+	}
+}
+
+// deliveryReconciles is how many reconciles the delivery controller has run in this process.
+func deliveryReconciles() float64 {
+	mfs, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		return 0
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "controller_runtime_reconcile_time_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == "decofile-delivery" {
+					return float64(m.GetHistogram().GetSampleCount())
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// requestCounter counts the requests a rest.Config's transport sends, by verb and resource, and
+// the time they took (watches excluded).
+type requestCounter struct {
+	mu     sync.Mutex
+	counts map[string]int
+	total  int
+	lat    map[string]time.Duration
+}
+
+func (c *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		resource, collection := resourceOf(req.URL.Path)
+		verb := req.Method
+		switch {
+		case req.URL.Query().Get("watch") == "true":
+			verb = "WATCH"
+		case verb == http.MethodGet && collection:
+			verb = "LIST"
+		}
+		key := verb + " " + resource
+		t0 := time.Now()
+		resp, err := rt.RoundTrip(req)
+		c.mu.Lock()
+		c.counts[key]++
+		c.total++
+		if c.lat == nil {
+			c.lat = map[string]time.Duration{}
+		}
+		if !strings.HasPrefix(key, "WATCH") {
+			c.lat[key] += time.Since(t0)
+		}
+		c.mu.Unlock()
+		return resp, err
+	})
+}
+
+// snapshot is the total and the counts sorted by key.
+func (c *requestCounter) snapshot() (int, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	keys := make([]string, 0, len(c.counts))
+	for k := range c.counts {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var sb strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&sb, "%s=%d(%s) ", k, c.counts[k], c.lat[k].Round(time.Millisecond))
+	}
+	return c.total, strings.TrimSpace(sb.String())
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// resourceOf is the resource (and subresource) of an API path: /api/v1/namespaces/n/configmaps/x
+// gives configmaps, .../decofiles/x/status gives decofiles/status; collection is true for a path
+// naming no object (a list).
+func resourceOf(path string) (resource string, collection bool) {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	if len(parts) > 0 && parts[0] == "apis" && len(parts) > 2 {
+		parts = parts[3:]
+	} else if len(parts) > 1 && parts[0] == "api" {
+		parts = parts[2:]
+	}
+	if len(parts) >= 2 && parts[0] == "namespaces" {
+		parts = parts[2:]
+		if len(parts) == 0 {
+			return "namespaces", false
+		}
+	}
+	switch len(parts) {
+	case 0:
+		return "discovery", false
+	case 1:
+		return parts[0], true
+	case 2:
+		return parts[0], false
+	default:
+		return parts[0] + "/" + parts[2], false
 	}
 }
 
