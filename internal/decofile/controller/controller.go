@@ -157,6 +157,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		UpdateFunc:  func(event.UpdateEvent) bool { return false },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
+	notCreated := predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("decofile-delivery").
 		// Only spec changes (generation) and annotation changes (a forced refresh) start a
@@ -164,7 +165,9 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		For(&decov1.Decofile{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		// Metadata only: the manager must not cache every ConfigMap and Secret of the cluster.
 		// A changed or deleted ConfigMap is checked and restored; a deleted reload Secret is recreated.
-		Owns(&corev1.ConfigMap{}, builder.OnlyMetadata).
+		// A created one is not: it is this controller's own write (or, at start, one whose
+		// Decofile is queued anyway), and looking again would double the requests per Decofile.
+		Owns(&corev1.ConfigMap{}, builder.OnlyMetadata, builder.WithPredicates(notCreated)).
 		Owns(&corev1.Secret{}, builder.OnlyMetadata, builder.WithPredicates(deletedOnly)).
 		// A Decofile whose deploymentId is held by another is looked at again when that one
 		// goes away or changes its deploymentId.
