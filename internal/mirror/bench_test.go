@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -263,7 +262,7 @@ func BenchmarkMirrorAttributedChanges(b *testing.B) {
 		}
 	}
 	f.waitFile(b, base+fmt.Sprintf("%s-%d.yaml", users[len(users)-1], perUser-1), `v: "0"`)
-	before := redisCommands(b, rds.Addr)
+	before := testenv.RedisCommands(b, rds.Addr)
 	mu.Lock()
 	latency = nil
 	mu.Unlock()
@@ -304,7 +303,7 @@ func BenchmarkMirrorAttributedChanges(b *testing.B) {
 	}
 	b.StopTimer()
 	made := per*len(users) + len(users)
-	after := redisCommands(b, rds.Addr)
+	after := testenv.RedisCommands(b, rds.Addr)
 
 	fh, err := os.Open(auditLog)
 	if err != nil {
@@ -349,42 +348,5 @@ func BenchmarkMirrorAttributedChanges(b *testing.B) {
 	}
 	b.ReportMetric(float64(cmds)/float64(made), "redis-cmds/change")
 	b.ReportMetric(100*float64(correct)/float64(max(1, rep.Changes-rep.Unverifiable)), "%verified")
-	b.Logf("%d changes in %s, %d commits checked, redis commands by name: %v", made, elapsed.Round(time.Millisecond), rep.Commits, commandDelta(before, after))
-}
-
-// redisCommands reads the calls of every command from INFO commandstats, leaving out the
-// commands the measurement itself and idle connections send (info, ping).
-func redisCommands(t testing.TB, addr string) map[string]int64 {
-	t.Helper()
-	rc := redis.NewClient(&redis.Options{Addr: addr})
-	defer rc.Close()
-	info, err := rc.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int64{}
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		name, isCmd := strings.CutPrefix(name, "cmdstat_")
-		if !ok || !isCmd || name == "info" || name == "ping" {
-			continue
-		}
-		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
-		n, err := strconv.ParseInt(calls, 10, 64)
-		if err != nil {
-			t.Fatalf("commandstats line %q: %v", line, err)
-		}
-		out[name] = n
-	}
-	return out
-}
-
-func commandDelta(before, after map[string]int64) map[string]int64 {
-	d := map[string]int64{}
-	for name, n := range after {
-		if n > before[name] {
-			d[name] = n - before[name]
-		}
-	}
-	return d
+	b.Logf("%d changes in %s, %d commits checked, redis commands by name: %v", made, elapsed.Round(time.Millisecond), rep.Commits, servers.CommandsSince(before, after))
 }

@@ -279,3 +279,40 @@ func knownSentinels(ctx context.Context, addr, master string) (int, error) {
 	s, err := c.Sentinels(ctx, master).Result()
 	return len(s), err
 }
+
+// CommandCalls reads how many times each command has run on the Redis server at addr (INFO
+// commandstats), leaving out info and ping: the reading itself and idle connections send them.
+func CommandCalls(ctx context.Context, addr string) (map[string]int64, error) {
+	rc := redis.NewClient(&redis.Options{Addr: addr})
+	defer rc.Close()
+	info, err := rc.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return nil, fmt.Errorf("read INFO commandstats from %s: %w", addr, err)
+	}
+	out := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		name, isCmd := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !isCmd || name == "info" || name == "ping" {
+			continue
+		}
+		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+		n, err := strconv.ParseInt(calls, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("commandstats line %q: %w", line, err)
+		}
+		out[name] = n
+	}
+	return out, nil
+}
+
+// CommandsSince returns, per command, the calls added between two CommandCalls readings.
+func CommandsSince(before, after map[string]int64) map[string]int64 {
+	d := map[string]int64{}
+	for name, n := range after {
+		if n > before[name] {
+			d[name] = n - before[name]
+		}
+	}
+	return d
+}

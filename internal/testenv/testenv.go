@@ -208,3 +208,14 @@ func requireIntegration(t testing.TB) {
 		t.Skip("needs real servers; skipped in -short mode")
 	}
 }
+
+// RedisCommands reads the calls per command of the real redis-server at addr; two readings
+// and servers.CommandsSince count what a piece of work sent.
+func RedisCommands(t testing.TB, addr string) map[string]int64 {
+	t.Helper()
+	calls, err := servers.CommandCalls(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return calls
+}

@@ -5,13 +5,10 @@ import (
 	"fmt"
 	"net"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -390,7 +387,7 @@ func BenchmarkAttribution200PerSecond(b *testing.B) {
 	changes := 0
 	var byUser sync.Map // "uid/rv" → user
 	mw.waitHanded(b, len(users)*perUser, time.Minute)
-	before := redisCommands(b, ac.redis.Addr)
+	before := testenv.RedisCommands(b, ac.redis.Addr)
 	start := time.Now()
 	b.ResetTimer()
 	for n := 0; n < b.N; n++ {
@@ -424,7 +421,7 @@ func BenchmarkAttribution200PerSecond(b *testing.B) {
 	mw.waitHanded(b, total, 2*time.Minute)
 	b.StopTimer()
 	elapsed := time.Since(start)
-	after := redisCommands(b, ac.redis.Addr)
+	after := testenv.RedisCommands(b, ac.redis.Addr)
 	cmds := int64(0)
 	perCommand := map[string]int64{}
 	for name, n := range after {
@@ -471,31 +468,4 @@ func BenchmarkAttribution200PerSecond(b *testing.B) {
 	b.ReportMetric(float64(cmds)/float64(changes), "redis-cmds/change")
 	b.Logf("%d changes by %d users at %d/s: %d exact (%.2f%%), resolution p50 %v p99 %v max %v (grace %v); %.0f changes/s; redis commands %v",
 		changes, len(users), rate, exact, 100*float64(exact)/float64(changes), pct(0.5), pct(0.99), pct(1), grace, float64(changes)/elapsed.Seconds(), perCommand)
-}
-
-// redisCommands reads the calls of every command from INFO commandstats (real redis-server),
-// leaving out what the measurement itself and idle connections send (info, ping).
-func redisCommands(t testing.TB, addr string) map[string]int64 {
-	t.Helper()
-	rc := redis.NewClient(&redis.Options{Addr: addr})
-	defer rc.Close()
-	info, err := rc.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int64{}
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		name, isCmd := strings.CutPrefix(name, "cmdstat_")
-		if !ok || !isCmd || name == "info" || name == "ping" {
-			continue
-		}
-		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
-		n, err := strconv.ParseInt(calls, 10, 64)
-		if err != nil {
-			t.Fatalf("commandstats line %q: %v", line, err)
-		}
-		out[name] = n
-	}
-	return out
 }

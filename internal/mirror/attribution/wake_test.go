@@ -3,13 +3,10 @@ package attribution
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"k8s.io/apimachinery/pkg/types"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 
@@ -115,7 +112,7 @@ func BenchmarkWaitingForFacts(b *testing.B) {
 				})
 			}
 			changes := max(b.N, 1000)
-			before := commandCalls(b, srv.Addr)
+			before := testenv.RedisCommands(b, srv.Addr)
 			results := make(chan Resolved, changes)
 			batches := make(chan []auditv1.Event, changes)
 			b.ResetTimer()
@@ -170,49 +167,15 @@ func BenchmarkWaitingForFacts(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			after := commandCalls(b, srv.Addr)
+			after := testenv.RedisCommands(b, srv.Addr)
 			total := int64(0)
 			for name, n := range after {
 				total += n - before[name]
 			}
 			b.ReportMetric(float64(total)/float64(changes), "redis-cmds/change")
 			b.ReportMetric(100*float64(exact)/float64(changes), "%exact")
-			b.Logf("%s: %d changes, redis commands %v", mode, changes, deltas(before, after))
+			b.Logf("%s: %d changes, redis commands %v", mode, changes, servers.CommandsSince(before, after))
 		})
 	}
 }
 
-// commandCalls reads the calls of every command from INFO commandstats, leaving out the
-// measurement's own (info) and idle connections' health checks (ping).
-func commandCalls(b *testing.B, addr string) map[string]int64 {
-	b.Helper()
-	rc := redis.NewClient(&redis.Options{Addr: addr})
-	defer rc.Close()
-	info, err := rc.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	out := map[string]int64{}
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		name, isCmd := strings.CutPrefix(name, "cmdstat_")
-		if !ok || !isCmd || name == "info" || name == "ping" {
-			continue
-		}
-		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
-		if out[name], err = strconv.ParseInt(calls, 10, 64); err != nil {
-			b.Fatalf("commandstats line %q: %v", line, err)
-		}
-	}
-	return out
-}
-
-func deltas(before, after map[string]int64) map[string]int64 {
-	d := map[string]int64{}
-	for name, n := range after {
-		if n > before[name] {
-			d[name] = n - before[name]
-		}
-	}
-	return d
-}
