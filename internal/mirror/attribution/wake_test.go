@@ -178,4 +178,3 @@ func BenchmarkWaitingForFacts(b *testing.B) {
 		})
 	}
 }
-
