@@ -10,7 +10,7 @@ BIN := bin
 TEST_PARALLEL ?= 2
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build image install node-tools test test-tools test-deps unit lint vet generate manifests check-manifests bench demo clean
+.PHONY: all build image install node-tools e2e test test-tools test-deps unit lint vet generate manifests check-manifests bench demo clean
 
 all: build
 
@@ -75,6 +75,10 @@ node-tools: test-tools
 ## test: set up everything the tests need, then run every test
 test: test-deps test-tools node-tools image check-manifests vet
 	go test -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./...
+
+## e2e: the chart installed on a real node and `dev up --node` (test/e2e, TestDevUpNode)
+e2e: test-deps test-tools node-tools image
+	SITEOPS_E2E=1 go test -count=1 -timeout 20m -run 'TestChartOnNode|TestDevUpNode' -v ./test/e2e/ ./cmd/siteops/
 
 ## unit: tests that need no server (short mode)
 unit:

@@ -116,6 +116,9 @@ func TestDevUpNode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a local control plane and a node")
 	}
+	if os.Getenv("SITEOPS_E2E") == "" {
+		t.Skip("dev up on a real node: run with `make e2e` (SITEOPS_E2E=1)")
+	}
 	images, _ := filepath.Abs(filepath.Join("..", "..", devenv.DefaultImagesDir))
 	if err := devenv.CheckNode(images); err != nil {
 		t.Skipf("no real node here: %v", err)
