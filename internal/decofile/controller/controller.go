@@ -702,12 +702,12 @@ func apply(s, next *decov1.DecofileStatus) {
 	s.RawBytes, s.StoredBytes = next.RawBytes, next.StoredBytes
 	s.Timestamp = next.Timestamp
 	s.LastUpdated = next.LastUpdated
+	s.LastHandledReconcileAt = next.LastHandledReconcileAt
 	for _, t := range []string{decov1.ConditionReady, decov1.ConditionReconciling, decov1.ConditionStalled} {
 		if c := meta.FindStatusCondition(next.Conditions, t); c != nil {
 			meta.SetStatusCondition(&s.Conditions, *c)
 		} else {
 			meta.RemoveStatusCondition(&s.Conditions, t)
-	s.LastHandledReconcileAt = next.LastHandledReconcileAt
 		}
 	}
 }
