@@ -271,11 +271,11 @@ func (s *site) editAndRollout(run Runner) func(context.Context, *devenv.Env, io.
 				return "", fmt.Errorf("pod %s serves content %s, want %s", p.name, info.ContentHash, df.Status.ContentHash)
 			}
 			if content, err := p.content(ctx); err != nil || !strings.Contains(content, "Winter sale & more") {
-				return "", fmt.Errorf("pod %s does not serve the edit (%v)", p.name, err)
+				return "", fmt.Errorf("pod %s does not serve the edit: %w", p.name, err)
 			}
 		}
 		if sent, err := env.Servers.Git.PushEvents(); sent == 0 {
-			return "", fmt.Errorf("the git remote sent no push event (%v)", err)
+			return "", fmt.Errorf("the git remote sent no push event: %w", err)
 		}
 		return fmt.Sprintf("commit %s on all %d pods %s after the push, the Decofile polling every hour: the push event delivered it (PodsNotified=True; decofile wait %s)",
 			short(head), len(s.pods), time.Since(pushed).Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond)), nil

@@ -70,7 +70,7 @@ func ImageArchives(dir string) (map[string]Image, error) {
 		}
 		m, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(abs) })
 		if err != nil || len(m) == 0 || len(m[0].RepoTags) == 0 {
-			return nil, fmt.Errorf("image archive %s holds no tagged image (%v): run `make image` again", abs, err)
+			return nil, fmt.Errorf("image archive %s holds no tagged image: %w; run `make image` again", abs, err)
 		}
 		out[strings.TrimSuffix(filepath.Base(f), ".tar")] = Image{Archive: abs, Ref: m[0].RepoTags[0]}
 	}

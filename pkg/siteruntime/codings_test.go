@@ -71,7 +71,7 @@ func TestPushCompressedBodies(t *testing.T) {
 		if c := strings.ToLower(coding); c == "br" || c == "gzip" {
 			body = compress(t, c, body)
 		}
-		resp, text := postCoded(t, srv, coding, body)
+		resp, text := postCoded(t, srv, coding, body) //nolint:bodyclose // postCoded reads and closes it
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("%q: HTTP %d %s", coding, resp.StatusCode, text)
 		}
@@ -82,12 +82,12 @@ func TestPushCompressedBodies(t *testing.T) {
 			t.Fatalf("%q: serves %s, want %s", coding, s.Decofile, content)
 		}
 	}
-	resp, text := postCoded(t, srv, "zstd", []byte("whatever"))
+	resp, text := postCoded(t, srv, "zstd", []byte("whatever")) //nolint:bodyclose // postCoded reads and closes it
 	if resp.StatusCode != http.StatusUnsupportedMediaType || resp.Header.Get("Accept-Encoding") != AcceptEncoding {
 		t.Fatalf("zstd: HTTP %d %s, Accept-Encoding %q", resp.StatusCode, text, resp.Header.Get("Accept-Encoding"))
 	}
 	for _, coding := range []string{"br", "gzip"} {
-		resp, text := postCoded(t, srv, coding, []byte("not compressed at all"))
+		resp, text := postCoded(t, srv, coding, []byte("not compressed at all")) //nolint:bodyclose // postCoded reads and closes it
 		if resp.StatusCode != http.StatusBadRequest {
 			t.Fatalf("corrupt %s: HTTP %d %s", coding, resp.StatusCode, text)
 		}
@@ -117,7 +117,7 @@ func TestPushDecompressionBomb(t *testing.T) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		resp, text := postCoded(t, srv, coding, bomb)
+		resp, text := postCoded(t, srv, coding, bomb) //nolint:bodyclose // postCoded reads and closes it
 		runtime.ReadMemStats(&after)
 		if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(text, "larger than") {
 			t.Fatalf("%s bomb of %d bytes expanding to %d: HTTP %d %s", coding, len(bomb), len(inflated), resp.StatusCode, text)
@@ -128,7 +128,7 @@ func TestPushDecompressionBomb(t *testing.T) {
 			t.Fatalf("%s bomb: %d MiB allocated for a %d MiB limit", coding, alloc>>20, limit>>20)
 		}
 	}
-	resp, text := postCoded(t, srv, "", inflated[:limit+1])
+	resp, text := postCoded(t, srv, "", inflated[:limit+1]) //nolint:bodyclose // postCoded reads and closes it
 	if resp.StatusCode != http.StatusRequestEntityTooLarge {
 		t.Fatalf("plain body over the limit: HTTP %d %s", resp.StatusCode, text)
 	}

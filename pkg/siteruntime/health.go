@@ -28,7 +28,7 @@ func Validate(data []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	if err := dec.Decode(&v); err != nil {
-		return fmt.Errorf("%w: %v", ErrNotLoadable, err)
+		return fmt.Errorf("%w: %w", ErrNotLoadable, err)
 	}
 	return checkBlocks(v, "")
 }
@@ -82,7 +82,7 @@ func (r *Runtime) check(data []byte) error {
 	}
 	if r.opts.Validate != nil {
 		if err := r.opts.Validate(data); err != nil {
-			return fmt.Errorf("%w: %v", ErrNotLoadable, err)
+			return fmt.Errorf("%w: %w", ErrNotLoadable, err)
 		}
 	}
 	return nil

@@ -84,7 +84,7 @@ func TestReconcileRequestedAtAsTenant(t *testing.T) {
 	bad := e.gh.Push(org, repo, "main", map[string]string{".deco/blocks/a.json": `{not json`})
 	v3 := requestReconcile(t, tenant.Client, ns, "site")
 	e.handled(t, ns, "site", v3)
-	df = e.waitReady(t, ns, "site", metav1.ConditionFalse, source.ReasonInvalidContent, nil)
+	e.waitReady(t, ns, "site", metav1.ConditionFalse, source.ReasonInvalidContent, nil)
 	archives = e.gh.CountRepo(org, repo, ghtest.KindArchive)
 	v4 := requestReconcile(t, tenant.Client, ns, "site")
 	df = e.handled(t, ns, "site", v4)

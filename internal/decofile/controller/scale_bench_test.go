@@ -301,7 +301,7 @@ func countReady(cfg *rest.Config, prefix string) (int, error) {
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("list Decofiles as a table: HTTP %d %v", resp.StatusCode, err)
+		return 0, fmt.Errorf("list Decofiles as a table: HTTP %d: %w", resp.StatusCode, err)
 	}
 	var table metav1.Table
 	if err := json.Unmarshal(raw, &table); err != nil {

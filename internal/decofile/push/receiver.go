@@ -77,10 +77,9 @@ type Receiver struct {
 	limiter  *rate.Limiter
 	inFlight chan struct{}
 
-	mu     sync.Mutex
-	seen   map[string]time.Time
-	order  []string
-	listen net.Listener
+	mu    sync.Mutex
+	seen  map[string]time.Time
+	order []string
 }
 
 // NewReceiver checks cfg and fills its defaults.

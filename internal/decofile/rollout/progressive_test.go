@@ -275,7 +275,7 @@ func TestBadPublishIsRolledBack(t *testing.T) {
 		if err := e.c.Client.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: df.ConfigMapName()}, &cm); err != nil {
 			t.Fatal(err)
 		}
-		stored, err := encode.Decode(got.Status.Format, cm.Data[string(keyFor(got.Status.Format))], 1<<20)
+		stored, err := encode.Decode(got.Status.Format, cm.Data[keyFor(got.Status.Format)], 1<<20)
 		if err != nil || encode.Hash(stored) != goodHash || cm.Data[decov1alpha1.KeyTimestamp] != fmt.Sprint(got.Status.Timestamp) {
 			t.Fatalf("ConfigMap holds %s (ts %s, status %d), %v", stored, cm.Data[decov1alpha1.KeyTimestamp], got.Status.Timestamp, err)
 		}

@@ -262,10 +262,10 @@ func (a *GitHubApp) observe(kind string, code int) {
 
 // statusError describes a refused app request by its status and what to check.
 func (a *GitHubApp) statusError(code int, what string) error {
-	switch {
-	case code == http.StatusUnauthorized || code == http.StatusForbidden:
+	switch code {
+	case http.StatusUnauthorized, http.StatusForbidden:
 		return errorf(ReasonUnauthorized, true, "%s: GitHub refused the app's credentials (HTTP %d); check --github-app-id and --github-app-private-key-file (retrying)", what, code)
-	case code == http.StatusTooManyRequests:
+	case http.StatusTooManyRequests:
 		return errorf(ReasonUnavailable, true, "%s: rate limited by GitHub (HTTP %d); retrying", what, code)
 	default:
 		return errorf(ReasonUnavailable, true, "%s: GitHub answered HTTP %d; check --github-api-url (retrying)", what, code)

@@ -75,7 +75,7 @@ func (r *Resolver) Start(ctx context.Context) error {
 	for {
 		err := r.cfg.Announcements.Subscribe(ctx, r.cfg.Route, r)
 		if ctx.Err() != nil {
-			return nil
+			return nil //nolint:nilerr // the manager is stopping: a subscription ended by it is no failure
 		}
 		r.subscribed.Store(false)
 		log.Error(err, "fact announcements unavailable; waiting changes poll Redis until the subscription is back", "retryIn", backoff)

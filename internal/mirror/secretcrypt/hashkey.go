@@ -76,7 +76,7 @@ func (k *HashKeys) load(ctx context.Context) ([]byte, error) {
 	case err == nil:
 		key := s.Data[HashKeyField]
 		if len(key) < 32 {
-			return nil, fmt.Errorf("Secret %s holds no %q of at least 32 bytes: delete it to have a new key made, or fill it", k.Ref, HashKeyField)
+			return nil, fmt.Errorf("the Secret %s holds no %q of at least 32 bytes: delete it to have a new key made, or fill it", k.Ref, HashKeyField)
 		}
 		return key, nil
 	case !apierrors.IsNotFound(err):

@@ -258,7 +258,7 @@ func (a *AttributionIndex) recordScope(ctx context.Context, route string, f Auth
 	from, err1 := time.Parse(time.RFC3339Nano, f.RequestReceived)
 	_, err2 := time.Parse(time.RFC3339Nano, f.StageTimestamp)
 	if err1 != nil || err2 != nil {
-		return nil
+		return nil //nolint:nilerr // without both timestamps nothing is recorded, by design (above)
 	}
 	val, err := json.Marshal(f)
 	if err != nil {

@@ -169,7 +169,7 @@ func (l *AuditLog) truth(o objectKey, removal bool, at time.Time) *auditv1.Event
 	}
 	var best *auditv1.Event
 	for _, ev := range evs {
-		if ev.StageTimestamp.Time.After(at) {
+		if ev.StageTimestamp.After(at) {
 			break
 		}
 		isRemoval := ev.Verb == "delete" || ev.Verb == "deletecollection"

@@ -42,11 +42,11 @@ func LastWriter(obj *unstructured.Unstructured) string {
 // statusOnly reports whether a managedFields entry owns only fields under status (a controller
 // writing status through the main resource, e.g. of a CRD without a status subresource).
 func statusOnly(f *metav1.FieldsV1) bool {
-	if f == nil || len(f.Raw) == 0 {
+	if f == nil || len(f.GetRawBytes()) == 0 {
 		return false
 	}
 	var top map[string]json.RawMessage
-	if err := json.Unmarshal(f.Raw, &top); err != nil || len(top) == 0 {
+	if err := json.Unmarshal(f.GetRawBytes(), &top); err != nil || len(top) == 0 {
 		return false
 	}
 	for k := range top {

@@ -10,8 +10,8 @@ import (
 
 func TestLastWriter(t *testing.T) {
 	at := func(s int) *metav1.Time { tm := metav1.NewTime(time.Unix(1_800_000_000+int64(s), 0)); return &tm }
-	spec := &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:replicas":{}}}`)}
-	status := &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:ready":{}}}`)}
+	spec := metav1.NewFieldsV1(`{"f:spec":{"f:replicas":{}}}`)
+	status := metav1.NewFieldsV1(`{"f:status":{"f:ready":{}}}`)
 	for _, tc := range []struct {
 		name    string
 		entries []metav1.ManagedFieldsEntry
