@@ -37,17 +37,24 @@ func TestIgnoredUserIsNotCommitted(t *testing.T) {
 		}
 		return nil
 	})
-	kinds := map[string]gitwriter.OpKind{}
+	// A mark carries the stream's cursor, which may be a later event's when "a" resolves last,
+	// so changes are told apart by path and marks are counted.
+	upserts, marks := map[string]bool{}, 0
 	for _, h := range out.snapshot() {
-		kinds[h.op.Cursor.RV] = h.op.Kind
-		if h.op.Kind == gitwriter.OpMark && h.op.Change.Path != "" {
-			t.Errorf("a mark carries a change: %+v", h.op.Change)
+		switch h.op.Kind {
+		case gitwriter.OpMark:
+			marks++
+			if h.op.Change.Path != "" {
+				t.Errorf("a mark carries a change: %+v", h.op.Change)
+			}
+		case gitwriter.OpUpsert:
+			upserts[h.op.Change.Path] = true
 		}
 	}
-	if kinds["1"] != gitwriter.OpMark {
-		t.Errorf("the ignored user's change was handed over as %v, want a mark: %s", kinds["1"], describe(out.snapshot()))
+	if upserts["a"] || marks != 1 {
+		t.Errorf("the ignored user's change was committed or not handed over as one mark: %s", describe(out.snapshot()))
 	}
-	if kinds["2"] != gitwriter.OpUpsert || kinds["3"] != gitwriter.OpUpsert {
+	if !upserts["b"] || !upserts["c"] {
 		t.Errorf("other changes were not committed: %s", describe(out.snapshot()))
 	}
 }
