@@ -23,6 +23,7 @@ import (
 
 	"golang.org/x/time/rate"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 )
 
 // Path is where the receiver accepts events; every provider posts to the same path.
@@ -140,19 +141,12 @@ func (r *Receiver) Start(ctx context.Context) error {
 		}
 	}
 	log.Info("serving push events", "addr", l.Addr().String(), "path", Path)
-	errc := make(chan error, 1)
-	go func() { errc <- r.srv.Serve(l) }()
-	select {
-	case err := <-errc:
-		if errors.Is(err, http.ErrServerClosed) {
-			return nil
-		}
+	timeout := 10 * time.Second
+	srv := &manager.Server{Name: "push-receiver", Server: r.srv, Listener: l, ShutdownTimeout: &timeout}
+	if err := srv.Start(ctx); err != nil {
 		return fmt.Errorf("push receiver: %w", err)
-	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		return r.srv.Shutdown(sctx)
 	}
+	return nil
 }
 
 // NeedLeaderElection is false: every replica receives events.
