@@ -438,26 +438,16 @@ func (r *Reconciler) fail(ctx context.Context, df *decov1alpha1.Decofile, id, ha
 
 // failureReason names the counts and the first few failing pods with their reasons.
 func failureReason(res notify.Result, timeout time.Duration) string {
-	const shown, maxReason = 3, 200
 	var b strings.Builder
 	if res.TimedOut {
 		fmt.Fprintf(&b, "rollout timeout (%s) reached; ", timeout)
 	}
 	fmt.Fprintf(&b, "%d of %d pods failed (%d notified, %d skipped): ", res.Failed, res.Total, res.Notified, res.Skipped)
-	failed := res.FailedPods()
-	for i, p := range failed[:min(shown, len(failed))] {
-		if i > 0 {
-			b.WriteString("; ")
-		}
-		reason := p.Reason
-		if len(reason) > maxReason {
-			reason = reason[:maxReason] + "…"
-		}
-		fmt.Fprintf(&b, "%s: %s", p.Name, reason)
+	var failed []podCheck
+	for _, p := range res.FailedPods() {
+		failed = append(failed, podCheck{name: p.Name, problem: p.Reason})
 	}
-	if len(failed) > shown {
-		fmt.Fprintf(&b, "; and %d more", len(failed)-shown)
-	}
+	b.WriteString(problemList(failed))
 	return b.String()
 }
 
