@@ -86,10 +86,7 @@ func TestCrashLosesNothing(t *testing.T) {
 	srv := testenv.Redis(t, servers.RedisOptions{})
 	f := newFixture(t, c)
 	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, c.KubeConfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := c.KubeConfigFile(t, dir)
 	logPath := filepath.Join(dir, "manager.log")
 	defer func() {
 		if t.Failed() {

@@ -85,10 +85,7 @@ func failover(t testing.TB) time.Duration {
 	srv := testenv.Redis(t, servers.RedisOptions{})
 	f := newFixture(t, c)
 	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, c.KubeConfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := c.KubeConfigFile(t, dir)
 	// One Lease per run: a benchmark's earlier runs keep their standby (now the leader) until
 	// the benchmark ends.
 	leaseID := fmt.Sprintf("ha-%d-%s", haRuns.Add(1), testenv.Name(t))

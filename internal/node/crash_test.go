@@ -51,10 +51,7 @@ func TestNodeDiesWithItsOwner(t *testing.T) {
 	site := testenv.ImageArchive(t, "siteops-site")
 	c.Controllers(t)
 	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, c.KubeConfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := c.KubeConfigFile(t, dir)
 	child := exec.Command(os.Args[0], "-test.run=^TestNodeChild$", "-test.count=1")
 	child.Env = append(os.Environ(), childEnv+"="+kubeconfig)
 	out, err := child.StdoutPipe()

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -218,4 +219,14 @@ func RedisCommands(t testing.TB, addr string) map[string]int64 {
 		t.Fatal(err)
 	}
 	return calls
+}
+
+// KubeConfigFile writes the cluster's admin kubeconfig into dir, for a process the test starts.
+func (c *Cluster) KubeConfigFile(t testing.TB, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(path, c.KubeConfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
