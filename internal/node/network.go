@@ -203,8 +203,12 @@ func (n network) removeLinks(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	if _, err := net.InterfaceByName(n.HostLink); err == nil {
+		// The kernel removes the pair itself once the namespace is gone, which may happen
+		// between the check and the delete: a link that vanished meanwhile is no failure.
 		if err := run(ctx, "ip", "link", "delete", n.HostLink); err != nil {
-			errs = append(errs, err)
+			if _, still := net.InterfaceByName(n.HostLink); still == nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)
