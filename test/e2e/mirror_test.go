@@ -57,6 +57,14 @@ func (e *env) mirrorEdit(t *testing.T) {
 		must(t, e.c.Client.Create(ctx, o), "create %T %s", o, o.GetName())
 	}
 
+	// A ConfigMap made before the watch lists is committed as the cluster's state, by the
+	// committer; one that reaches git shows the watch is running, so the next change is an event.
+	marker := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "watch-started", Namespace: ns}, Data: map[string]string{"watch": "started"}}
+	must(t, e.c.Client.Create(ctx, marker), "create the marker ConfigMap")
+	waitFor(t, 60*time.Second, "the marker ConfigMap in git", func(context.Context) error {
+		return gitFileHas(bare, "clusters/e2e/"+ns+"/core/configmaps/watch-started.yaml", "watch: started")
+	})
+
 	file := "clusters/e2e/" + ns + "/core/configmaps/settings.yaml"
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings", Namespace: ns}, Data: map[string]string{"color": "blue"}}
 	start := time.Now()
