@@ -76,9 +76,9 @@ node-tools: test-tools
 test: test-deps test-tools node-tools image check-manifests vet
 	go test -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./...
 
-## e2e: the chart installed on a real node and `dev up --node` (test/e2e, TestDevUpNode)
+## e2e: only the real-node end-to-end tests (the chart on a node, `dev up --node`), verbose
 e2e: test-deps test-tools node-tools image
-	SITEOPS_E2E=1 go test -count=1 -timeout 20m -run 'TestChartOnNode|TestDevUpNode' -v ./test/e2e/ ./cmd/siteops/
+	go test -count=1 -timeout 20m -run 'TestChartOnNode|TestDevUpNode' -v ./test/e2e/ ./cmd/siteops/
 
 ## unit: tests that need no server (short mode)
 unit:

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,8 +14,8 @@ import (
 // subtests sharing one API server, one node and one installation. Each step's wall time is
 // logged in a table at the end (docs/development.md records measured ones).
 func TestChartOnNode(t *testing.T) {
-	if os.Getenv("SITEOPS_E2E") == "" {
-		t.Skip("the chart on a real node: run with `make e2e` (SITEOPS_E2E=1)")
+	if testing.Short() {
+		t.Skip("installs the chart on a real node")
 	}
 	// Skip before starting anything when no node can run here.
 	testenv.RequireNode(t)
