@@ -37,8 +37,9 @@ func (r *Reconciler) resumeRollback(ctx context.Context, df *decov1alpha1.Decofi
 // rollBack restores the last good content, in an order that keeps every reader consistent:
 //  1. status.rollout.failedHash/failedCommit first: from then on the delivery controller does not
 //     store the failed version again, whatever it finds in the ConfigMap meanwhile;
-//  2. the ConfigMap gets the last good stored value back, under a new timestamp (pods ignore an
-//     update older than the one they serve), so pods that start load the good content;
+//  2. the ConfigMap (for s3, the object) gets the last good stored value back, under a new
+//     timestamp (pods ignore an update older than the one they serve), so pods that start load
+//     the good content;
 //  3. the status names the restored content (contentHash, storedHash, timestamp, commit);
 //  4. the pods restore selects are sent it;
 //  5. PodsNotified=False, reason RolledBack, naming the failed step and pods, and a Warning Event.
@@ -79,7 +80,7 @@ func (r *Reconciler) rollBack(ctx context.Context, df *decov1alpha1.Decofile, ha
 			fmt.Sprintf("Failed to roll back %s: %s; %v, so the pods reached keep it; it is not rolled out further until the source changes", id, why, err), "")
 	}
 	ts := max(time.Now().Unix(), fresh.Status.Timestamp+1, lg.Timestamp+1)
-	if err := controller.RestoreConfigMap(ctx, r.client, r.reader, fresh, lg.Format, value, lg.ContentHash, ts); err != nil {
+	if err := r.restoreStored(ctx, fresh, lg, good, value, ts); err != nil {
 		log.Info("could not restore the stored content; will retry", "error", err.Error())
 		return r.opts.RetryBase // the status still names the failed version: the retry resumes the rollback
 	}
@@ -91,7 +92,10 @@ func (r *Reconciler) rollBack(ctx context.Context, df *decov1alpha1.Decofile, ha
 		}
 		s := &d.Status
 		s.ContentHash, s.StoredHash, s.Format, s.RawBytes, s.StoredBytes, s.Timestamp = lg.ContentHash, lg.StoredHash, lg.Format, lg.RawBytes, lg.StoredBytes, ts
-		s.SourceType, s.GitHubCommit, s.ShortCommit, s.ConfigMapName = lg.SourceType, lg.GitHubCommit, shortSHA(lg.GitHubCommit), d.ConfigMapName()
+		s.SourceType, s.GitHubCommit, s.ShortCommit = lg.SourceType, lg.GitHubCommit, shortSHA(lg.GitHubCommit)
+		if d.TargetOrDefault() == decov1alpha1.TargetConfigMap {
+			s.ConfigMapName = d.ConfigMapName()
+		}
 		now := metav1.Now()
 		s.LastUpdated = &now
 		// Claimed now, confirmed below: a reconcile in between must not start a rollout of the
@@ -140,6 +144,15 @@ func (r *Reconciler) rollBack(ctx context.Context, df *decov1alpha1.Decofile, ha
 		notified = "" // the regular rollout retries them with backoff
 	}
 	return r.endRollback(ctx, fresh, id, ReasonRolledBack, msg, notified)
+}
+
+// restoreStored puts the last good content back where df's target keeps it: the ConfigMap (its
+// stored value, as it was), or the target's LastGoodStore (s3: the object is uploaded again).
+func (r *Reconciler) restoreStored(ctx context.Context, df *decov1alpha1.Decofile, lg *decov1alpha1.StoredContent, good []byte, value string, ts int64) error {
+	if store, ok := r.lastGoodStore(df); ok {
+		return store.Restore(ctx, df, good, lg.ContentHash, ts)
+	}
+	return controller.RestoreConfigMap(ctx, r.client, r.reader, df, lg.Format, value, lg.ContentHash, ts)
 }
 
 // endRollback records the end of a rollback: PodsNotified=False with reason and message, the

@@ -41,3 +41,31 @@ func (l Loader) Load(ctx context.Context, df *decov1.Decofile, limit int64) (rol
 	}
 	return rollout.Content{JSON: obj.JSON, Timestamp: df.Status.Timestamp}, nil
 }
+
+var _ rollout.LastGoodStore = Loader{}
+
+// KeepLastGood implements rollout.LastGoodStore: content every pod confirmed is copied to the
+// object beside df's (LastGoodKey). The bytes uploaded are the ones the rollout controller read
+// back and checked against status.contentHash, not a server-side copy of whatever the object
+// holds by the time the copy is made.
+func (l Loader) KeepLastGood(ctx context.Context, df *decov1.Decofile, content []byte, hash string, ts int64) error {
+	if err := l.Store.put(ctx, df, l.Store.LastGoodKey(df), content, hash, ts); err != nil {
+		return fmt.Errorf("keep the last good content: %w", err)
+	}
+	return nil
+}
+
+// LoadLastGood implements rollout.LastGoodStore: the last good copy, at most limit bytes.
+func (l Loader) LoadLastGood(ctx context.Context, df *decov1.Decofile, limit int64) ([]byte, error) {
+	obj, err := l.Store.get(ctx, df, l.Store.LastGoodKey(df), limit)
+	if err != nil {
+		return nil, err
+	}
+	return obj.JSON, nil
+}
+
+// Restore implements rollout.LastGoodStore: content is uploaded again as df's object, under
+// timestamp ts, exactly as the delivery controller uploads it.
+func (l Loader) Restore(ctx context.Context, df *decov1.Decofile, content []byte, hash string, ts int64) error {
+	return l.Store.Put(ctx, df, content, hash, ts)
+}

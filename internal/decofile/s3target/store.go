@@ -101,14 +101,26 @@ func (s *Store) URL(df *decov1.Decofile) string { return s.webhook.ObjectURL(df)
 // Describe names df's object as s3://bucket/key, for messages.
 func (s *Store) Describe(df *decov1.Decofile) string { return "s3://" + s.bucket + "/" + s.Key(df) }
 
+// LastGoodSuffix ends the key of the copy of the last content every pod confirmed under
+// spec.rollout (see LastGoodKey).
+const LastGoodSuffix = ".last-good"
+
+// LastGoodKey is the object key of df's last good copy: its own key with LastGoodSuffix, so it
+// sits beside the object and no other Decofile's key (which ends in decofile.json) is ever it.
+func (s *Store) LastGoodKey(df *decov1.Decofile) string { return s.Key(df) + LastGoodSuffix }
+
 // Put uploads the merged JSON of df, uncompressed: the runtime's HTTP loader does
 // fetch → JSON.parse and decodes nothing. no-cache makes a CDN revalidate on every cold start.
 func (s *Store) Put(ctx context.Context, df *decov1.Decofile, body []byte, hash string, ts int64) error {
+	return s.put(ctx, df, s.Key(df), body, hash, ts)
+}
+
+func (s *Store) put(ctx context.Context, df *decov1.Decofile, key string, body []byte, hash string, ts int64) error {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	_, err := s.client.PutObject(ctx, &s3.PutObjectInput{
 		Bucket:        aws.String(s.bucket),
-		Key:           aws.String(s.Key(df)),
+		Key:           aws.String(key),
 		Body:          bytes.NewReader(body),
 		ContentLength: aws.Int64(int64(len(body))),
 		ContentType:   aws.String("application/json"),
@@ -134,17 +146,22 @@ var ErrNotFound = errors.New("object not found")
 
 // Get downloads df's object, reading at most limit bytes.
 func (s *Store) Get(ctx context.Context, df *decov1.Decofile, limit int64) (*Object, error) {
+	return s.get(ctx, df, s.Key(df), limit)
+}
+
+func (s *Store) get(ctx context.Context, df *decov1.Decofile, key string, limit int64) (*Object, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(s.Key(df))})
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(key)})
 	if err != nil {
 		var nsk *types.NoSuchKey
 		if errors.As(err, &nsk) {
-			return nil, fmt.Errorf("%s: %w", s.Describe(df), ErrNotFound)
+			return nil, fmt.Errorf("s3://%s/%s: %w", s.bucket, key, ErrNotFound)
 		}
 		return nil, s.classify("download", df, err)
 	}
 	defer out.Body.Close()
+	name := "s3://" + s.bucket + "/" + key
 	var buf bytes.Buffer
 	if n := aws.ToInt64(out.ContentLength); n > 0 && n <= limit {
 		buf.Grow(int(n) + bytes.MinRead) // one allocation for the whole body
@@ -152,25 +169,27 @@ func (s *Store) Get(ctx context.Context, df *decov1.Decofile, limit int64) (*Obj
 	_, err = buf.ReadFrom(io.LimitReader(out.Body, limit+1))
 	data := buf.Bytes()
 	if err != nil {
-		return nil, &source.Error{Reason: ReasonUnavailable, Transient: true, Err: fmt.Errorf("read %s: %w", s.Describe(df), err)}
+		return nil, &source.Error{Reason: ReasonUnavailable, Transient: true, Err: fmt.Errorf("read %s: %w", name, err)}
 	}
 	if int64(len(data)) > limit {
-		return nil, &source.Error{Reason: ReasonUploadFailed, Transient: true, Err: fmt.Errorf("%s is larger than %d bytes", s.Describe(df), limit)}
+		return nil, &source.Error{Reason: ReasonUploadFailed, Transient: true, Err: fmt.Errorf("%s is larger than %d bytes", name, limit)}
 	}
 	ts, _ := strconv.ParseInt(out.Metadata[MetaTimestamp], 10, 64)
 	return &Object{JSON: data, Timestamp: ts}, nil
 }
 
-// Delete removes df's object; a missing object is not an error.
+// Delete removes df's object and its last good copy; a missing object is not an error.
 func (s *Store) Delete(ctx context.Context, df *decov1.Decofile) error {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	if _, err := s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(s.Key(df))}); err != nil {
-		var nsk *types.NoSuchKey
-		if errors.As(err, &nsk) {
-			return nil
+	for _, key := range []string{s.LastGoodKey(df), s.Key(df)} {
+		if _, err := s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(key)}); err != nil {
+			var nsk *types.NoSuchKey
+			if errors.As(err, &nsk) {
+				continue
+			}
+			return s.classify("delete", df, err)
 		}
-		return s.classify("delete", df, err)
 	}
 	return nil
 }
