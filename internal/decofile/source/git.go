@@ -53,9 +53,42 @@ type Git struct {
 	Egress *egress.Policy
 	// Timeout bounds each Resolve and each Fetch; 0 means DefaultTimeout.
 	Timeout time.Duration
+	// Gate bounds the retrievals in flight per remote host (scheme, host and port): a host that
+	// hangs holds at most Gate.PerRemote workers. nil means a Gate of its own with the defaults.
+	Gate *Gate
 
 	once sync.Once
 	http transport.Transport
+
+	gateOnce sync.Once
+	ownGate  *Gate
+	share    shared // commits fetched recently, for the other Decofiles following them
+}
+
+// gate is the Gate in use.
+func (g *Git) gate() *Gate { return gateOrDefault(g.Gate, &g.gateOnce, &g.ownGate) }
+
+// acquire takes a slot of rawURL's host in the Gate.
+func (g *Git) acquire(ctx context.Context, rawURL string) (func(), error) {
+	return g.gate().Acquire(ctx, gitRemoteKey(rawURL), "git remote "+egress.Redact(rawURL))
+}
+
+// gitRemoteKey names the host of a git URL for the Gate: scheme, host and port; a URL that does
+// not parse is its own key (the session refuses it).
+func gitRemoteKey(rawURL string) string {
+	ep, err := transport.NewEndpoint(rawURL)
+	if err != nil {
+		return rawURL
+	}
+	return fmt.Sprintf("%s://%s:%d", ep.Protocol, strings.ToLower(ep.Host), ep.Port)
+}
+
+// credential is the whole of the credentials, for the key of shared content.
+func (a *GitAuth) credential() string {
+	if a == nil {
+		return ""
+	}
+	return strings.Join([]string{a.Username, a.Password, a.BearerToken, string(a.Identity), string(a.KnownHosts)}, "\x00")
 }
 
 func (a *GitAuth) method(tmp string) (transport.AuthMethod, error) {
@@ -101,6 +134,11 @@ func (g *Git) Resolve(ctx context.Context, url, ref string, auth *GitAuth) (stri
 	}
 	ctx, o, cancel := begin(ctx, g.Timeout, g.Limits.withDefaults().ArchiveBytes)
 	defer cancel()
+	release, err := g.acquire(ctx, url)
+	if err != nil {
+		return "", err
+	}
+	defer release()
 	tmp, err := os.MkdirTemp(g.TempDir, "decofile-git-")
 	if err != nil {
 		return "", errorf(ReasonUnavailable, true, "create temporary folder: %w", err)
@@ -125,10 +163,24 @@ func (g *Git) Resolve(ctx context.Context, url, ref string, auth *GitAuth) (stri
 // Fetch fetches the one commit sha (which ref resolved to) and extracts the block files under
 // folder from its tree. Only that commit is asked for: a commit SHA the remote does not serve
 // (not reachable from its branches and tags, or a remote that serves tips only) fails with
-// NotFound rather than downloading every branch to look for it.
+// NotFound rather than downloading every branch to look for it. The Decofiles following the
+// same commit and folder with the same credentials share one download (see shared).
 func (g *Git) Fetch(ctx context.Context, url, ref, sha, folder string, auth *GitAuth) (Blocks, error) {
+	key := sharedKey(url, sha, folder, auth.credential())
+	if b, ok := g.share.get(key); ok {
+		return b, nil
+	}
 	ctx, o, cancel := begin(ctx, g.Timeout, g.Limits.withDefaults().ArchiveBytes)
 	defer cancel()
+	release, err := g.acquire(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return g.share.fetch(key, func() (Blocks, error) { return g.fetch(ctx, o, url, ref, sha, folder, auth) })
+}
+
+func (g *Git) fetch(ctx context.Context, o *op, url, ref, sha, folder string, auth *GitAuth) (Blocks, error) {
 	tmp, err := os.MkdirTemp(g.TempDir, "decofile-git-")
 	if err != nil {
 		return nil, errorf(ReasonUnavailable, true, "create temporary folder: %w", err)

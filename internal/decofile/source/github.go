@@ -46,14 +46,30 @@ type GitHub struct {
 	// (0 for a transport error).
 	Observe func(kind string, code int)
 
+	// Gate bounds the requests in flight per repository: a repository whose archive is slow to
+	// come holds at most Gate.PerRemote workers. nil means a Gate of its own with the defaults.
+	Gate *Gate
+
 	mu    sync.Mutex
 	etags map[string]etagEntry // "org/repo@ref|token-hash" → last answer
+
+	gateOnce sync.Once
+	ownGate  *Gate
+	share    shared // commits fetched recently, for the other Decofiles following them
 
 	once sync.Once
 	http *http.Client
 }
 
 type etagEntry struct{ etag, sha string }
+
+// acquire takes a slot of org/repo in the Gate. GitHub is keyed per repository, not per host:
+// the host is the platform's (every Decofile of a github source uses it), and what is slow to
+// serve is one repository's archive.
+func (g *GitHub) acquire(ctx context.Context, org, repo string) (func(), error) {
+	gate := gateOrDefault(g.Gate, &g.gateOnce, &g.ownGate)
+	return gate.Acquire(ctx, "github/"+strings.ToLower(org+"/"+repo), "GitHub repository "+org+"/"+repo)
+}
 
 // maxETags bounds the ETag cache (one entry per repository, ref and token in use).
 const maxETags = 10_000
@@ -84,6 +100,11 @@ func (g *GitHub) Resolve(ctx context.Context, org, repo, ref, token string) (str
 	}
 	ctx, o, cancel := begin(ctx, g.Timeout, g.Limits.withDefaults().ArchiveBytes)
 	defer cancel()
+	release, err := g.acquire(ctx, org, repo)
+	if err != nil {
+		return "", err
+	}
+	defer release()
 	u := fmt.Sprintf("%s/repos/%s/%s/commits/%s", base(g.APIURL, DefaultGitHubAPIURL), url.PathEscape(org), url.PathEscape(repo), url.PathEscape(ref))
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
@@ -138,10 +159,25 @@ func (g *GitHub) Resolve(ctx context.Context, org, repo, ref, token string) (str
 
 // Fetch downloads the ZIP archive of commit sha and extracts the block files under folder. The
 // archive is streamed to a temporary file (never held in memory) and refused past the limit.
+// The Decofiles following the same commit and folder with the same token share one download
+// (see shared).
 func (g *GitHub) Fetch(ctx context.Context, org, repo, sha, folder, token string) (Blocks, error) {
+	key := sharedKey(base(g.ArchiveURL, DefaultGitHubArchiveURL)+"/"+org+"/"+repo, sha, folder, token)
+	if b, ok := g.share.get(key); ok {
+		return b, nil
+	}
 	l := g.Limits.withDefaults()
 	ctx, o, cancel := begin(ctx, g.Timeout, l.ArchiveBytes)
 	defer cancel()
+	release, err := g.acquire(ctx, org, repo)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return g.share.fetch(key, func() (Blocks, error) { return g.fetch(ctx, o, l, org, repo, sha, folder, token) })
+}
+
+func (g *GitHub) fetch(ctx context.Context, o *op, l Limits, org, repo, sha, folder, token string) (Blocks, error) {
 	u := fmt.Sprintf("%s/%s/%s/zip/%s", base(g.ArchiveURL, DefaultGitHubArchiveURL), url.PathEscape(org), url.PathEscape(repo), url.PathEscape(sha))
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
