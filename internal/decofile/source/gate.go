@@ -18,15 +18,16 @@ const (
 )
 
 // ErrRemoteBusy is wrapped by the error of a retrieval that did not start because its remote
-// already has Gate.PerRemote retrievals in flight, every one for longer than Gate.SlowAfter.
+// already has Gate.PerRemote retrievals in flight and is slow (see Gate).
 var ErrRemoteBusy = errors.New("remote busy")
 
 // Gate bounds the retrievals in flight per remote, so a remote that answers slowly or not at
 // all cannot hold every worker of the delivery controller while the Decofiles of healthy
 // remotes wait. A retrieval waits for a slot of its remote only while that remote looks
-// healthy: once every slot has been held for SlowAfter, further retrievals fail at once with a
-// transient error wrapping ErrRemoteBusy (the workqueue retries them with backoff) and their
-// worker moves on to other Decofiles. The zero value uses the defaults.
+// healthy: once every slot has been held for SlowAfter, or a retrieval that ended in the last
+// minute took that long, further retrievals fail at once with a transient error wrapping
+// ErrRemoteBusy (the workqueue retries them with backoff) and their worker moves on to other
+// Decofiles. The zero value uses the defaults.
 type Gate struct {
 	// PerRemote is the most retrievals from one remote at once; 0 means DefaultPerRemote.
 	PerRemote int
@@ -44,7 +45,18 @@ type remoteSlots struct {
 	started map[int64]time.Time // slot id → when its retrieval started
 	next    int64
 	freed   chan struct{} // closed (and replaced) when a slot is released
+	// slowUntil: a retrieval that ended recently took SlowAfter or longer, so the remote is
+	// slow although the retrievals in flight are young (each one of a series of slow requests
+	// starts young).
+	slowUntil time.Time
 }
+
+// slowMemory is how long a remote counts as slow after a retrieval took SlowAfter or longer,
+// unless one ends in less first.
+const slowMemory = time.Minute
+
+// maxIdleRemotes bounds the remotes remembered as slow with nothing in flight.
+const maxIdleRemotes = 1024
 
 func (g *Gate) limit() int {
 	if g.PerRemote > 0 {
@@ -76,11 +88,14 @@ func (g *Gate) Acquire(ctx context.Context, remote, target string) (release func
 			g.remotes = map[string]*remoteSlots{}
 		}
 		rs := g.remotes[remote]
+		now := g.clock()
 		if rs == nil {
+			if len(g.remotes) >= maxIdleRemotes {
+				g.sweep(now)
+			}
 			rs = &remoteSlots{started: map[int64]time.Time{}, freed: make(chan struct{})}
 			g.remotes[remote] = rs
 		}
-		now := g.clock()
 		if len(rs.started) < g.limit() {
 			id := rs.next
 			rs.next++
@@ -89,9 +104,9 @@ func (g *Gate) Acquire(ctx context.Context, remote, target string) (release func
 			var once sync.Once
 			return func() { once.Do(func() { g.release(remote, id) }) }, nil
 		}
-		// Full: wait while the youngest retrieval in flight is younger than SlowAfter, since a
-		// healthy remote frees a slot soon; past that the remote is slow and waiting would only
-		// hold this worker too.
+		// Full: wait while the youngest retrieval in flight is younger than SlowAfter and none
+		// that ended lately took that long, since a healthy remote frees a slot soon; otherwise
+		// the remote is slow and waiting would only hold this worker too.
 		var youngest time.Time
 		for _, s := range rs.started {
 			if s.After(youngest) {
@@ -102,9 +117,9 @@ func (g *Gate) Acquire(ctx context.Context, remote, target string) (release func
 		freed := rs.freed
 		n := len(rs.started)
 		g.mu.Unlock()
-		if wait <= 0 {
-			return nil, errorf(ReasonUnavailable, true, "%s: %d retrievals from it have been running for over %s (a slow remote); not waiting for one to end so other remotes are served, retrying with backoff: %w",
-				target, n, g.slowAfter(), ErrRemoteBusy)
+		if wait <= 0 || rs.slowUntil.After(now) {
+			return nil, errorf(ReasonUnavailable, true, "%s is slow to answer: %d retrievals from it are in flight and they take %s or more; "+
+				"not waiting for one to end, so the Decofiles of other remotes are served (retrying with backoff): %w", target, n, g.slowAfter(), ErrRemoteBusy)
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -125,11 +140,26 @@ func (g *Gate) release(remote string, id int64) {
 	if rs == nil {
 		return
 	}
+	now := g.clock()
+	if now.Sub(rs.started[id]) >= g.slowAfter() {
+		rs.slowUntil = now.Add(slowMemory)
+	} else {
+		rs.slowUntil = time.Time{}
+	}
 	delete(rs.started, id)
 	close(rs.freed)
 	rs.freed = make(chan struct{})
-	if len(rs.started) == 0 {
-		delete(g.remotes, remote) // bounded by the remotes in flight, not by every remote ever seen
+	if len(rs.started) == 0 && !rs.slowUntil.After(now) {
+		delete(g.remotes, remote) // bounded by the remotes in flight and those lately slow
+	}
+}
+
+// sweep forgets the remotes with nothing in flight whose slowness is no longer remembered.
+func (g *Gate) sweep(now time.Time) {
+	for k, rs := range g.remotes {
+		if len(rs.started) == 0 && !rs.slowUntil.After(now) {
+			delete(g.remotes, k)
+		}
 	}
 }
 

@@ -56,6 +56,22 @@ func TestGateRefusesOnlyASlowRemote(t *testing.T) {
 	if n := g.InFlight("slow"); n != 1 {
 		t.Fatalf("%d in flight, want 1", n)
 	}
+	r2, err := g.Acquire(ctx, "slow", "slow remote")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A retrieval that took SlowAfter marks the remote slow: with every slot taken again by a
+	// young retrieval, a third is refused at once; one that ends in time clears the mark.
+	advance(time.Hour)
+	r2()
+	r3, err := g.Acquire(ctx, "slow", "slow remote")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Acquire(ctx, "slow", "slow remote"); !errors.Is(err, ErrRemoteBusy) {
+		t.Fatalf("a remote whose last retrieval was slow: %v, want ErrRemoteBusy", err)
+	}
+	r3()
 	if _, err := g.Acquire(ctx, "slow", "slow remote"); err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +79,7 @@ func TestGateRefusesOnlyASlowRemote(t *testing.T) {
 	advance(time.Hour)
 	start := time.Now()
 	_, err = g.Acquire(ctx, "slow", "slow remote")
-	if !errors.Is(err, ErrRemoteBusy) || !AsError(err).Transient || AsError(err).Reason != ReasonUnavailable || !strings.Contains(err.Error(), "slow remote: 2 retrievals") {
+	if !errors.Is(err, ErrRemoteBusy) || !AsError(err).Transient || AsError(err).Reason != ReasonUnavailable || !strings.Contains(err.Error(), "slow remote is slow to answer: 2 retrievals") {
 		t.Fatalf("err %v, want a transient ErrRemoteBusy naming the remote", err)
 	}
 	if waited := time.Since(start); waited > time.Second {
