@@ -1,22 +1,17 @@
 package notify_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"runtime"
 	"runtime/metrics"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,7 +21,7 @@ import (
 	"github.com/siteops/siteops/internal/decofile/encode"
 	"github.com/siteops/siteops/internal/decofile/encode/sample"
 	"github.com/siteops/siteops/internal/decofile/notify"
-	"github.com/siteops/siteops/internal/testenv"
+	"github.com/siteops/siteops/internal/testenv/simpods"
 )
 
 // benchPayload builds a Decofile-like JSON object of about size bytes.
@@ -83,93 +78,18 @@ func (s *heapSampler) Stop() uint64 {
 	return s.peak.Load()
 }
 
-// simPodsEnv makes the test binary serve simulated pods instead of running tests (see TestMain);
-// simAcceptEnv is the Accept-Encoding they advertise on their answers (none when empty).
-const (
-	simPodsEnv   = "SITEOPS_NOTIFY_SIM_PODS"
-	simAcceptEnv = "SITEOPS_NOTIFY_SIM_ACCEPT"
-)
-
 func TestMain(m *testing.M) {
-	if n, err := strconv.Atoi(os.Getenv(simPodsEnv)); err == nil {
-		serveSimPods(n)
-		return
-	}
+	simpods.Main()
 	os.Exit(m.Run())
 }
 
-// serveSimPods listens on n loopback addresses, prints each "ip:port" on stdout, then "ready",
-// and serves until stdin closes. Each pod reads the whole body and answers 100 ms after the
-// request arrived: 200 when it got Content-Length bytes, 400 otherwise.
-func serveSimPods(n int) {
-	bufs := sync.Pool{New: func() any { return new([64 << 10]byte) }}
-	accept := os.Getenv(simAcceptEnv)
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		deadline := time.Now().Add(100 * time.Millisecond)
-		if accept != "" {
-			w.Header().Set("Accept-Encoding", accept)
-		}
-		buf := bufs.Get().(*[64 << 10]byte)
-		var got int64
-		for {
-			k, err := r.Body.Read(buf[:])
-			got += int64(k)
-			if err != nil {
-				break
-			}
-		}
-		bufs.Put(buf)
-		time.Sleep(time.Until(deadline))
-		if got != r.ContentLength {
-			http.Error(w, fmt.Sprintf("got %d of %d bytes", got, r.ContentLength), http.StatusBadRequest)
-		}
-	})
-	out := bufio.NewWriter(os.Stdout)
-	for range n {
-		l, err := net.Listen("tcp", net.JoinHostPort(testenv.LoopbackIP(), "0"))
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		go func() { _ = (&http.Server{Handler: h}).Serve(l) }()
-		fmt.Fprintln(out, l.Addr().String())
-	}
-	fmt.Fprintln(out, "ready")
-	_ = out.Flush()
-	_, _ = io.Copy(io.Discard, os.Stdin)
-}
-
-// startSimPods runs n simulated pods in a child process, so the heap measured here is the
-// notifier's alone, as it would be in the manager.
+// startSimPods runs n simulated pods (see simpods) advertising accept, as the notifier's targets.
 func startSimPods(b *testing.B, n int, accept string) []notify.Pod {
 	b.Helper()
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", simPodsEnv, n), simAcceptEnv+"="+accept)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
 	var pods []notify.Pod
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() && sc.Text() != "ready" {
-		addr, err := net.ResolveTCPAddr("tcp", sc.Text())
-		if err != nil {
-			b.Fatalf("simulated pod address %q: %v", sc.Text(), err)
-		}
-		name := fmt.Sprint("pod-", len(pods))
-		pods = append(pods, notify.Pod{Name: name, UID: "uid-" + name, IP: addr.IP.String(), Port: int32(addr.Port)})
-	}
-	if len(pods) != n {
-		b.Fatalf("started %d of %d simulated pods", len(pods), n)
+	for i, p := range simpods.Start(b, n, accept) {
+		name := fmt.Sprint("pod-", i)
+		pods = append(pods, notify.Pod{Name: name, UID: "uid-" + name, IP: p.IP, Port: p.Port})
 	}
 	return pods
 }
