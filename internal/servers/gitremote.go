@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/cgi"
@@ -59,11 +60,10 @@ func StartGitRemote(ctx context.Context, o GitRemoteOptions) (*GitRemote, error)
 		Args: []string{"http-backend"},
 		Env:  []string{"GIT_PROJECT_ROOT=" + o.Root, "GIT_HTTP_EXPORT_ALL=1", "REMOTE_USER=siteops"},
 	}
-	var handler http.Handler = backend
 	r := &GitRemote{Root: o.Root, events: pushEvents{url: o.PushEventURL, secret: o.PushEventSecret}}
-	handler = r.announcePushes(handler)
+	handler := r.announcePushes(sizedBodies(backend))
 	if o.Username != "" || o.Password != "" {
-		handler = basicAuth(o.Username, o.Password, backend)
+		handler = basicAuth(o.Username, o.Password, handler)
 	}
 	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", net.JoinHostPort(o.Host, "0"))
 	if err != nil {
@@ -73,6 +73,42 @@ func StartGitRemote(ctx context.Context, o GitRemoteOptions) (*GitRemote, error)
 	r.server = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = r.server.Serve(l) }()
 	return r, nil
+}
+
+// maxPushBytes bounds a request body whose size the client did not announce.
+const maxPushBytes = 1 << 30
+
+// sizedBodies spools a chunked request body to a temporary file and hands it on with its
+// length: git sends a push above http.postBuffer (1 MiB) chunked, and CGI, so git
+// http-backend, takes only bodies of a known length.
+func sizedBodies(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.ContentLength >= 0 {
+			next.ServeHTTP(w, req)
+			return
+		}
+		f, err := os.CreateTemp("", "git-request-*")
+		if err != nil {
+			http.Error(w, "cannot spool the request body", http.StatusInternalServerError)
+			return
+		}
+		defer func() { _ = f.Close(); _ = os.Remove(f.Name()) }()
+		n, err := io.Copy(f, io.LimitReader(req.Body, maxPushBytes+1))
+		switch {
+		case err != nil:
+			http.Error(w, "cannot read the request body", http.StatusBadRequest)
+			return
+		case n > maxPushBytes:
+			http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			http.Error(w, "cannot spool the request body", http.StatusInternalServerError)
+			return
+		}
+		req.Body, req.ContentLength, req.TransferEncoding = f, n, nil
+		next.ServeHTTP(w, req)
+	})
 }
 
 func basicAuth(user, pass string, next http.Handler) http.Handler {
