@@ -9,7 +9,12 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/manager"
 	"github.com/siteops/siteops/internal/servers"
 	"github.com/siteops/siteops/internal/testenv"
@@ -115,5 +120,54 @@ func TestLegacyControllerNames(t *testing.T) {
 	}
 	if strings.Contains(d, `"decofile"`) {
 		t.Errorf("decofile is a siteops name, not deprecated: %q", d)
+	}
+}
+
+// TestCacheTrimsDecofiles: the manager built for the decofile part caches Decofiles without
+// their inline content and nothing with managedFields, while the delivery still stores the
+// content (read from the API server).
+func TestCacheTrimsDecofiles(t *testing.T) {
+	c := testenv.APIServer(t)
+	ctx := context.Background()
+	ns := c.Namespace(t, "cache", nil)
+	df := &decov1.Decofile{ObjectMeta: metav1.ObjectMeta{Name: "site", Namespace: ns},
+		Spec: decov1.DecofileSpec{Source: decov1.SourceInline, Inline: &decov1.InlineSource{
+			Value: map[string]apiextensionsv1.JSON{"home": {Raw: []byte(`{"title":"Home"}`)}}}}}
+	if err := c.Client.Create(ctx, df); err != nil {
+		t.Fatal(err)
+	}
+	o := manager.DefaultOptions()
+	o.Controllers = []string{manager.PartDecofile}
+	o.MetricsAddr, o.ProbeAddr, o.LeaderElect = "0", "0", false
+	o.Decofile.DisableInjection = true
+	mgr, err := manager.New(c.Config, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer testenv.StartManager(t, mgr)()
+	testenv.Eventually(t, 30*time.Second, func() error {
+		var cm corev1.ConfigMap
+		if err := c.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: df.ConfigMapName()}, &cm); err != nil {
+			return err
+		}
+		if !strings.Contains(cm.Data[decov1.KeyJSON], `"Home"`) {
+			return fmt.Errorf("ConfigMap holds %v", cm.Data)
+		}
+		return nil
+	})
+	var cached decov1.Decofile
+	if err := mgr.GetClient().Get(ctx, client.ObjectKeyFromObject(df), &cached); err != nil {
+		t.Fatal(err)
+	}
+	if cached.Spec.Inline == nil || len(cached.Spec.Inline.Value) != 0 || len(cached.ManagedFields) != 0 {
+		t.Errorf("cached Decofile holds inline content %v or %d managedFields entries", cached.Spec.Inline, len(cached.ManagedFields))
+	}
+	var cm metav1.PartialObjectMetadata
+	cm.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+	if err := mgr.GetClient().Get(ctx, client.ObjectKey{Namespace: ns, Name: df.ConfigMapName()}, &cm); err != nil {
+		t.Fatal(err)
+	}
+	if len(cm.ManagedFields) != 0 {
+		t.Errorf("cached ConfigMap metadata holds %d managedFields entries", len(cm.ManagedFields))
 	}
 }

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -69,8 +70,12 @@ func start(t *testing.T) *env {
 	c := testenv.APIServer(t)
 	sharedOnce.Do(func() {
 		gh := ghtest.Start()
+		// The cache as the siteops-manager has it: Decofiles without their inline content.
+		co := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
+		controller.CacheOptions(&co)
 		mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
 			Scheme:     c.Scheme,
+			Cache:      co,
 			Metrics:    metricsserver.Options{BindAddress: "0"},
 			Logger:     managerLogs.logger(),
 			Controller: config.Controller{SkipNameValidation: ptr.To(true)},
