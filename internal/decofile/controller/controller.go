@@ -108,6 +108,8 @@ type Reconciler struct {
 	// rejected remembers, per Decofile, the commit whose content failed for good at a
 	// generation, so polling does not download and report the same bad commit again.
 	rejected sync.Map // types.NamespacedName → rejectedCommit
+	// kinds remembers the workload kinds the API server does not serve.
+	kinds missingKinds
 }
 
 type rejectedCommit struct {
@@ -444,14 +446,18 @@ func (r *Reconciler) store(ctx context.Context, df *decov1.Decofile, next *decov
 	if err != nil {
 		return outcome{reason: ReasonStoreFailed, err: fmt.Errorf("encode: %w", err), transient: true}
 	}
-	// A format switch must not take away the file running pods load when they start again.
-	readers, err := r.readers(ctx, df)
-	if err != nil {
-		return outcome{reason: ReasonStoreFailed, err: fmt.Errorf("find the workloads reading ConfigMap %s: %w", df.ConfigMapName(), err), transient: true}
-	}
-	res, stranded, err := keepReadKey(res, merged, readers, r.opts.Encode)
-	if err != nil {
-		return outcome{reason: ReasonStoreFailed, err: fmt.Errorf("encode: %w", err), transient: true}
+	// A format switch must not take away the file running pods load when they start again. The
+	// workloads are looked up only for a switch: content staying under the key it is stored
+	// under now takes nothing away, and the lookup is several requests per delivery.
+	var stranded []string
+	if res.Key != storedKey(cm, df) {
+		readers, err := r.readers(ctx, df)
+		if err != nil {
+			return outcome{reason: ReasonStoreFailed, err: fmt.Errorf("find the workloads reading ConfigMap %s: %w", df.ConfigMapName(), err), transient: true}
+		}
+		if res, stranded, err = keepReadKey(res, merged, readers, r.opts.Encode); err != nil {
+			return outcome{reason: ReasonStoreFailed, err: fmt.Errorf("encode: %w", err), transient: true}
+		}
 	}
 
 	ts := df.Status.Timestamp
@@ -661,7 +667,9 @@ func (r *Reconciler) gitAuth(ctx context.Context, df *decov1.Decofile) (*source.
 
 // patchStatus writes next as the Decofile's status unless nothing changed. It patches with an
 // optimistic lock and only the fields this controller owns, so the rollout controller's
-// notifiedHash, rollout and PodsNotified condition are never overwritten.
+// notifiedHash, rollout and PodsNotified condition are never overwritten. The patch is computed
+// from the status alone and the API server answers with the metadata only: the spec may hold
+// megabytes of inline content, which would otherwise be encoded, diffed and sent back each time.
 func (r *Reconciler) patchStatus(ctx context.Context, df *decov1.Decofile, next *decov1.DecofileStatus) error {
 	if statusEqual(&df.Status, next) {
 		return nil
@@ -677,15 +685,20 @@ func (r *Reconciler) patchStatus(ctx context.Context, df *decov1.Decofile, next 
 			}
 		}
 		first = false
-		old := cur.DeepCopy()
-		apply(&cur.Status, next)
-		if equality.Semantic.DeepEqual(old.Status, cur.Status) {
+		old := &decov1.Decofile{ObjectMeta: metav1.ObjectMeta{Namespace: cur.Namespace, Name: cur.Name, ResourceVersion: cur.ResourceVersion}}
+		cur.Status.DeepCopyInto(&old.Status)
+		want := old.DeepCopy()
+		apply(&want.Status, next)
+		if equality.Semantic.DeepEqual(old.Status, want.Status) {
 			return nil
 		}
-		if err := r.client.Status().Patch(ctx, cur, client.MergeFromWithOptions(old, client.MergeFromWithOptimisticLock{})); err != nil {
-			return err
+		data, err := client.MergeFromWithOptions(old, client.MergeFromWithOptimisticLock{}).Data(want)
+		if err != nil {
+			return fmt.Errorf("compute the status patch of Decofile %s: %w", key, err)
 		}
-		return nil
+		obj := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: cur.Namespace, Name: cur.Name}}
+		obj.SetGroupVersionKind(decov1.GroupVersion.WithKind("Decofile"))
+		return r.client.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, data))
 	})
 }
 

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/api/meta"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -32,8 +32,8 @@ func (r *Reconciler) readers(ctx context.Context, df *decov1.Decofile) (map[stri
 		for _, sel := range []client.MatchingLabels{{decov1.LabelDecofile: df.Name}, {decov1.LabelDeploymentID: df.DeploymentIDOrName()}} {
 			list := &unstructured.UnstructuredList{}
 			list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-			err := r.reader.List(ctx, list, client.InNamespace(df.Namespace), sel)
-			if meta.IsNoMatchError(err) {
+			missing, err := r.kinds.list(ctx, r.reader, gvk, list, client.InNamespace(df.Namespace), sel)
+			if missing {
 				break
 			}
 			if err != nil {
@@ -63,6 +63,25 @@ func (r *Reconciler) readers(ctx context.Context, df *decov1.Decofile) (map[stri
 		}
 	}
 	return out, nil
+}
+
+// storedKey is the ConfigMap key the content is under now, the one running pods load: the
+// key the ConfigMap holds, else the one the injection webhook points workloads at (the status'
+// format; decofile.json before the first delivery). "" when the ConfigMap holds both.
+func storedKey(cm *corev1.ConfigMap, df *decov1.Decofile) string {
+	if cm != nil {
+		_, json := cm.Data[decov1.KeyJSON]
+		_, bin := cm.Data[decov1.KeyBin]
+		switch {
+		case json && bin:
+			return ""
+		case json:
+			return decov1.KeyJSON
+		case bin:
+			return decov1.KeyBin
+		}
+	}
+	return keyOf(df.Status.Format)
 }
 
 // keepReadKey re-encodes res under the key the workloads read when res would move the content

@@ -12,7 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,19 +32,35 @@ const AnnotationRestartPending = "deco.sites/reload-token-restart-pending"
 // not the one running pods hold, so the workloads using it are restarted; the new Secret carries
 // AnnotationRestartPending until that succeeded, so a failed restart is tried again on the next
 // reconcile. A failed restart never holds up delivery: it is reported and retried.
+//
+// Whether it exists is looked up in the manager's cache (Secrets are cached metadata only): one
+// the cache does not have yet is found by the create failing with AlreadyExists, and one deleted
+// that the cache still has is recreated on the reconcile its deletion queues.
 func (r *Reconciler) ensureReloadSecret(ctx context.Context, df *decov1.Decofile) error {
 	name := df.ReloadSecretName()
-	var s corev1.Secret
-	err := r.reader.Get(ctx, client.ObjectKey{Namespace: df.Namespace, Name: name}, &s)
+	cached := &metav1.PartialObjectMetadata{}
+	cached.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	err := r.client.Get(ctx, client.ObjectKey{Namespace: df.Namespace, Name: name}, cached)
 	if err == nil {
-		if s.Annotations[AnnotationRestartPending] != "" {
-			r.restartPending(ctx, df, &s)
+		if cached.Annotations[AnnotationRestartPending] == "" {
+			return nil
+		}
+		// Read again from the API server: the cache may not have the restart that cleared it yet.
+		if err := r.reader.Get(ctx, client.ObjectKeyFromObject(cached), cached); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil // deleted since: its deletion queues the reconcile that recreates it
+			}
+			return fmt.Errorf("read reload Secret %s: %w", name, err)
+		}
+		if cached.Annotations[AnnotationRestartPending] != "" {
+			r.restartPending(ctx, df, cached)
 		}
 		return nil
 	}
 	if !apierrors.IsNotFound(err) {
 		return fmt.Errorf("read reload Secret %s: %w", name, err)
 	}
+	var s corev1.Secret
 	buf := make([]byte, 32)
 	if _, err := rand.Read(buf); err != nil {
 		return fmt.Errorf("generate reload token: %w", err)
@@ -81,7 +96,7 @@ func (r *Reconciler) ensureReloadSecret(ctx context.Context, df *decov1.Decofile
 
 // restartPending restarts the workloads using the recreated Secret s and clears its
 // AnnotationRestartPending; failures are reported and left for the next reconcile.
-func (r *Reconciler) restartPending(ctx context.Context, df *decov1.Decofile, s *corev1.Secret) {
+func (r *Reconciler) restartPending(ctx context.Context, df *decov1.Decofile, s client.Object) {
 	log := logf.FromContext(ctx)
 	if err := r.restartWorkloads(ctx, df); err != nil {
 		log.Error(err, "restart the workloads using the recreated reload Secret; retried on the next reconcile")
@@ -108,8 +123,8 @@ func (r *Reconciler) restartWorkloads(ctx context.Context, df *decov1.Decofile) 
 	for _, gvk := range inject.WorkloadKinds {
 		list := &metav1.PartialObjectMetadataList{}
 		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-		err := r.reader.List(ctx, list, client.InNamespace(df.Namespace), client.MatchingLabels{decov1.LabelDecofile: df.Name})
-		if meta.IsNoMatchError(err) {
+		missing, err := r.kinds.list(ctx, r.reader, gvk, list, client.InNamespace(df.Namespace), client.MatchingLabels{decov1.LabelDecofile: df.Name})
+		if missing {
 			continue // e.g. Knative is not installed
 		}
 		if err != nil {
