@@ -122,8 +122,9 @@ func (s *site) commitAndPush(t testing.TB, msg string) string {
 }
 
 // waitConfirmed waits until every pod confirmed commit (PodsNotified=True for it), polling every
-// 10 ms, and returns how long that took.
-func (s *site) waitConfirmed(t testing.TB, commit string, timeout time.Duration) time.Duration {
+// 10 ms, and returns how long it took until the commit was stored (status.githubCommit) and until
+// every pod confirmed it.
+func (s *site) waitConfirmed(t testing.TB, commit string, timeout time.Duration) (stored, confirmed time.Duration) {
 	t.Helper()
 	start := time.Now()
 	want := "Successfully notified all pods for commit:" + commit
@@ -133,16 +134,19 @@ func (s *site) waitConfirmed(t testing.TB, commit string, timeout time.Duration)
 		if err := s.cl.Get(context.Background(), client.ObjectKeyFromObject(s.df), &d); err != nil {
 			t.Fatal(err)
 		}
+		if stored == 0 && d.Status.GitHubCommit == commit {
+			stored = time.Since(start)
+		}
 		if c := meta.FindStatusCondition(d.Status.Conditions, decov1.ConditionPodsNotified); c != nil {
 			if c.Status == metav1.ConditionTrue && c.Message == want {
-				return time.Since(start)
+				return stored, time.Since(start)
 			}
 			last = fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("commit %s not confirmed by every pod after %s; PodsNotified: %s", commit, timeout, last)
-	return 0
+	return 0, 0
 }
 
 // createPods creates a Running Pod object labelled for the Decofile "site" per simulated pod,
@@ -214,7 +218,7 @@ func TestPushReachesEveryPod(t *testing.T) {
 	s := startSite(t, files, pods)
 	for v := range 3 {
 		commit := s.edit(t, v)
-		took := s.waitConfirmed(t, commit, time.Minute)
+		_, took := s.waitConfirmed(t, commit, time.Minute)
 		t.Logf("push %d: all %d pods confirmed %s after the push", v, len(pods), took.Round(time.Millisecond))
 	}
 }
