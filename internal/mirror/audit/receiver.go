@@ -26,6 +26,7 @@ import (
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/siteops/siteops/internal/mirror/clientauth"
 )
@@ -294,19 +295,12 @@ func (r *Receiver) Start(ctx context.Context) error {
 		}
 	}
 	log.Info("serving the audit webhook", "addr", l.Addr().String(), "path", PathPrefix+"<route>")
-	errc := make(chan error, 1)
-	go func() { errc <- r.srv.ServeTLS(l, "", "") }()
-	select {
-	case err := <-errc:
-		if errors.Is(err, http.ErrServerClosed) {
-			return nil
-		}
+	timeout := 10 * time.Second
+	srv := &manager.Server{Name: "audit-receiver", Server: r.srv, Listener: tls.NewListener(l, r.srv.TLSConfig), ShutdownTimeout: &timeout}
+	if err := srv.Start(ctx); err != nil {
 		return fmt.Errorf("audit receiver: %w", err)
-	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		return r.srv.Shutdown(sctx)
 	}
+	return nil
 }
 
 // NeedLeaderElection is false: every replica receives audit events.
