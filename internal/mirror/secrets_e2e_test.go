@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
 	"github.com/siteops/siteops/internal/mirror"
@@ -206,4 +207,53 @@ func waitIdle(t *testing.T, eng *engine.Engine, key types.NamespacedName) {
 		}
 		return nil
 	})
+}
+
+// TestWatchRuleFollowsItsTargetsSecretsMode: a tenant's rule selecting Secrets lists them as
+// excluded while its target writes none, and resolves them as soon as the target opts in to
+// encrypted Secrets, not at the next resync minutes later.
+func TestWatchRuleFollowsItsTargetsSecretsMode(t *testing.T) {
+	c := testenv.APIServer(t)
+	srv := testenv.Redis(t, servers.RedisOptions{})
+	f := newFixture(t, c)
+	tenant := c.TenantIn(t, f.ns)
+	ctx := context.Background()
+	runManager(t, c, mirror.Options{RedisAddr: srv.Addr, RedisKeyPrefix: "secretsmode", SecretHashKeySecret: f.ns + "/mirror-hash-key"}, "")
+
+	gt := &mirrorv1alpha1.GitTarget{ObjectMeta: metav1.ObjectMeta{Name: "later", Namespace: f.ns},
+		Spec: mirrorv1alpha1.GitTargetSpec{ProviderRef: ref(f.provider), Branch: "main", Path: "later"}}
+	if err := tenant.Client.Create(ctx, gt); err != nil {
+		t.Fatal(err)
+	}
+	rule := &mirrorv1alpha1.WatchRule{ObjectMeta: metav1.ObjectMeta{Name: "later", Namespace: f.ns},
+		Spec: mirrorv1alpha1.WatchRuleSpec{TargetRef: mirrorv1alpha1.TargetReference{Name: "later"}, Rules: []mirrorv1alpha1.ResourceRule{secretRule()}}}
+	if err := tenant.Client.Create(ctx, rule); err != nil {
+		t.Fatal(err)
+	}
+	resolved := func(wantSecrets bool) func() error {
+		return func() error {
+			var got mirrorv1alpha1.WatchRule
+			if err := tenant.Client.Get(ctx, types.NamespacedName{Namespace: f.ns, Name: "later"}, &got); err != nil {
+				return err
+			}
+			hasSecrets := strings.Contains(strings.Join(got.Status.Resources, ","), "secrets")
+			excluded := len(got.Status.Excluded) > 0 && got.Status.Excluded[0].Resource == "secrets"
+			if hasSecrets != wantSecrets || excluded == wantSecrets {
+				return fmt.Errorf("resources %v, excluded %v; want secrets resolved: %v", got.Status.Resources, got.Status.Excluded, wantSecrets)
+			}
+			return nil
+		}
+	}
+	testenv.Eventually(t, 30*time.Second, resolved(false))
+
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := gt.DeepCopy()
+	gt.Spec.Secrets = &mirrorv1alpha1.SecretsPolicy{Mode: mirrorv1alpha1.SecretsEncrypt, Age: &mirrorv1alpha1.AgeEncryption{Recipients: []string{id.Recipient().String()}}}
+	if err := tenant.Client.Patch(ctx, gt, client.MergeFrom(before)); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, resolved(true))
 }

@@ -16,7 +16,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
 	"github.com/siteops/siteops/internal/egress"
@@ -41,7 +43,43 @@ func (r *RuleReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).Named(name).
 		For(obj, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&mirrorv1alpha1.GitTarget{}, handler.EnqueueRequestsFromMapFunc(r.rulesOfTarget), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(r)
+}
+
+// rulesOfTarget lists the rules naming target: its creation, deletion or a spec change (its
+// spec.secrets decides whether Secrets resolve) shows in their status at once, not at the resync.
+func (r *RuleReconciler) rulesOfTarget(ctx context.Context, target client.Object) []reconcile.Request {
+	named := func(ref mirrorv1alpha1.TargetReference, ruleNamespace string) bool {
+		ns := ref.Namespace
+		if ns == "" {
+			ns = ruleNamespace
+		}
+		return ref.Name == target.GetName() && ns == target.GetNamespace()
+	}
+	var reqs []reconcile.Request
+	if r.Cluster {
+		var list mirrorv1alpha1.ClusterWatchRuleList
+		if err := r.Client.List(ctx, &list); err != nil {
+			return nil
+		}
+		for _, rule := range list.Items {
+			if named(rule.Spec.TargetRef, "") {
+				reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: rule.Name}})
+			}
+		}
+		return reqs
+	}
+	var list mirrorv1alpha1.WatchRuleList
+	if err := r.Client.List(ctx, &list, client.InNamespace(target.GetNamespace())); err != nil {
+		return nil
+	}
+	for _, rule := range list.Items {
+		if named(rule.Spec.TargetRef, rule.Namespace) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&rule)})
+		}
+	}
+	return reqs
 }
 
 // Reconcile resolves one rule and records its status.
