@@ -116,8 +116,9 @@ func (g *Gate) Acquire(ctx context.Context, remote, target string) (release func
 		wait := youngest.Add(g.slowAfter()).Sub(now)
 		freed := rs.freed
 		n := len(rs.started)
+		slow := wait <= 0 || rs.slowUntil.After(now)
 		g.mu.Unlock()
-		if wait <= 0 || rs.slowUntil.After(now) {
+		if slow {
 			return nil, errorf(ReasonUnavailable, true, "%s is slow to answer: %d retrievals from it are in flight and they take %s or more; "+
 				"not waiting for one to end, so the Decofiles of other remotes are served (retrying with backoff): %w", target, n, g.slowAfter(), ErrRemoteBusy)
 		}

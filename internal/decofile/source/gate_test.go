@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/siteops/siteops/internal/decofile/source/ghtest"
 	"github.com/siteops/siteops/internal/servers"
 	"github.com/siteops/siteops/internal/testenv"
@@ -117,6 +119,7 @@ func TestSharedFetchKeepsCredentialsApart(t *testing.T) {
 	g := &Git{Egress: local}
 	ctx := context.Background()
 	right := &GitAuth{Username: "bot", Password: "pw"}
+	shared := testutil.ToFloat64(fetchesTotal.WithLabelValues("git", fetchShared))
 	for range 2 {
 		b, err := g.Fetch(ctx, repoURL, "main", sha, "blocks", right)
 		if err != nil || string(b["secret"]) != `{"v":1}` {
@@ -125,6 +128,9 @@ func TestSharedFetchKeepsCredentialsApart(t *testing.T) {
 	}
 	if n := g.share.downloads(); n != 1 {
 		t.Fatalf("%d downloads for two fetches of one commit, want 1", n)
+	}
+	if n := testutil.ToFloat64(fetchesTotal.WithLabelValues("git", fetchShared)) - shared; n != 1 {
+		t.Fatalf("siteops_decofile_source_fetches_total{result=shared} grew by %v, want 1", n)
 	}
 	for _, auth := range []*GitAuth{nil, {Username: "bot", Password: "guess"}, {BearerToken: "pw"}} {
 		b, err := g.Fetch(ctx, repoURL, "main", sha, "blocks", auth)
@@ -197,9 +203,13 @@ func TestGitGateHoldsAHangingHost(t *testing.T) {
 		}
 		return nil
 	})
+	busy := testutil.ToFloat64(busyTotal.WithLabelValues("git"))
 	_, err = g.Resolve(ctx, slowURL, "main", nil)
 	if !errors.Is(err, ErrRemoteBusy) {
 		t.Fatalf("a third retrieval from the hanging host: %v, want ErrRemoteBusy", err)
+	}
+	if n := testutil.ToFloat64(busyTotal.WithLabelValues("git")) - busy; n != 1 {
+		t.Fatalf("siteops_decofile_source_remote_busy_total grew by %v, want 1", n)
 	}
 	if b, err := g.Fetch(ctx, repoURL, "main", sha, "blocks", nil); err != nil || string(b["a"]) != `{"v":1}` {
 		t.Fatalf("another host: %v %v", b, err)

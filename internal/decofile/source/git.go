@@ -70,7 +70,11 @@ func (g *Git) gate() *Gate { return gateOrDefault(g.Gate, &g.gateOnce, &g.ownGat
 
 // acquire takes a slot of rawURL's host in the Gate.
 func (g *Git) acquire(ctx context.Context, rawURL string) (func(), error) {
-	return g.gate().Acquire(ctx, gitRemoteKey(rawURL), "git remote "+egress.Redact(rawURL))
+	release, err := g.gate().Acquire(ctx, gitRemoteKey(rawURL), "git remote "+egress.Redact(rawURL))
+	if errors.Is(err, ErrRemoteBusy) {
+		busyTotal.WithLabelValues("git").Inc()
+	}
+	return release, err
 }
 
 // gitRemoteKey names the host of a git URL for the Gate: scheme, host and port; a URL that does
@@ -167,7 +171,7 @@ func (g *Git) Resolve(ctx context.Context, url, ref string, auth *GitAuth) (stri
 // same commit and folder with the same credentials share one download (see shared).
 func (g *Git) Fetch(ctx context.Context, url, ref, sha, folder string, auth *GitAuth) (Blocks, error) {
 	key := sharedKey(url, sha, folder, auth.credential())
-	if b, ok := g.share.get(key); ok {
+	if b, ok := g.share.get("git", key); ok {
 		return b, nil
 	}
 	ctx, o, cancel := begin(ctx, g.Timeout, g.Limits.withDefaults().ArchiveBytes)
@@ -177,7 +181,7 @@ func (g *Git) Fetch(ctx context.Context, url, ref, sha, folder string, auth *Git
 		return nil, err
 	}
 	defer release()
-	return g.share.fetch(key, func() (Blocks, error) { return g.fetch(ctx, o, url, ref, sha, folder, auth) })
+	return g.share.fetch("git", key, func() (Blocks, error) { return g.fetch(ctx, o, url, ref, sha, folder, auth) })
 }
 
 func (g *Git) fetch(ctx context.Context, o *op, url, ref, sha, folder string, auth *GitAuth) (Blocks, error) {

@@ -2,6 +2,7 @@ package source
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -68,7 +69,11 @@ type etagEntry struct{ etag, sha string }
 // serve is one repository's archive.
 func (g *GitHub) acquire(ctx context.Context, org, repo string) (func(), error) {
 	gate := gateOrDefault(g.Gate, &g.gateOnce, &g.ownGate)
-	return gate.Acquire(ctx, "github/"+strings.ToLower(org+"/"+repo), "GitHub repository "+org+"/"+repo)
+	release, err := gate.Acquire(ctx, "github/"+strings.ToLower(org+"/"+repo), "GitHub repository "+org+"/"+repo)
+	if errors.Is(err, ErrRemoteBusy) {
+		busyTotal.WithLabelValues("github").Inc()
+	}
+	return release, err
 }
 
 // maxETags bounds the ETag cache (one entry per repository, ref and token in use).
@@ -163,7 +168,7 @@ func (g *GitHub) Resolve(ctx context.Context, org, repo, ref, token string) (str
 // (see shared).
 func (g *GitHub) Fetch(ctx context.Context, org, repo, sha, folder, token string) (Blocks, error) {
 	key := sharedKey(base(g.ArchiveURL, DefaultGitHubArchiveURL)+"/"+org+"/"+repo, sha, folder, token)
-	if b, ok := g.share.get(key); ok {
+	if b, ok := g.share.get("github", key); ok {
 		return b, nil
 	}
 	l := g.Limits.withDefaults()
@@ -174,7 +179,7 @@ func (g *GitHub) Fetch(ctx context.Context, org, repo, sha, folder, token string
 		return nil, err
 	}
 	defer release()
-	return g.share.fetch(key, func() (Blocks, error) { return g.fetch(ctx, o, l, org, repo, sha, folder, token) })
+	return g.share.fetch("github", key, func() (Blocks, error) { return g.fetch(ctx, o, l, org, repo, sha, folder, token) })
 }
 
 func (g *GitHub) fetch(ctx context.Context, o *op, l Limits, org, repo, sha, folder, token string) (Blocks, error) {

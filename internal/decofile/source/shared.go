@@ -47,15 +47,18 @@ func sharedKey(remote, sha, folder, credential string) string {
 	return strings.Join([]string{remote, strings.ToLower(sha), CleanPath(folder), hex.EncodeToString(sum[:])}, "\x00")
 }
 
-// fetch returns the blocks of key, from the cache, a download in flight, or download.
-func (s *shared) fetch(key string, download func() (Blocks, error)) (Blocks, error) {
-	if b, ok := s.get(key); ok {
+// fetch returns the blocks of key, from the cache, a download in flight, or download. kind
+// names the source (git, github) in the metrics.
+func (s *shared) fetch(kind, key string, download func() (Blocks, error)) (Blocks, error) {
+	if b, ok := s.get(kind, key); ok {
 		return b, nil
 	}
+	downloaded := false
 	v, err, _ := s.flight.Do(key, func() (any, error) {
-		if b, ok := s.get(key); ok { // stored by a flight that ended since the look above
+		if b, ok := s.lookup(key); ok { // stored by a flight that ended since the look above
 			return b, nil
 		}
+		downloaded = true
 		s.mu.Lock()
 		s.fetches++
 		s.mu.Unlock()
@@ -69,10 +72,24 @@ func (s *shared) fetch(key string, download func() (Blocks, error)) (Blocks, err
 	if err != nil {
 		return nil, err
 	}
+	if downloaded {
+		fetchesTotal.WithLabelValues(kind, fetchDownloaded).Inc()
+	} else {
+		fetchesTotal.WithLabelValues(kind, fetchShared).Inc()
+	}
 	return maps.Clone(v.(Blocks)), nil
 }
 
-func (s *shared) get(key string) (Blocks, bool) {
+// get returns the blocks kept for key, counted as a shared fetch.
+func (s *shared) get(kind, key string) (Blocks, bool) {
+	b, ok := s.lookup(key)
+	if ok {
+		fetchesTotal.WithLabelValues(kind, fetchShared).Inc()
+	}
+	return b, ok
+}
+
+func (s *shared) lookup(key string) (Blocks, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.entries[key]
