@@ -217,9 +217,9 @@ func (e *fanoutEnv) sendPush(t testing.TB, r *proxiedRemote, after string) {
 	}
 }
 
-// follow creates n Decofiles in ns following r's main branch, labelled group, polling hourly so
-// that only a push brings a change.
-func (e *fanoutEnv) follow(t testing.TB, ns, group string, r *proxiedRemote, n int) {
+// follow creates, as c, n Decofiles in ns following r's main branch, labelled group, polling
+// hourly so that only a push brings a change.
+func (e *fanoutEnv) follow(t testing.TB, c client.Client, ns, group string, r *proxiedRemote, n int) {
 	t.Helper()
 	for i := range n {
 		df := &decov1.Decofile{
@@ -227,7 +227,7 @@ func (e *fanoutEnv) follow(t testing.TB, ns, group string, r *proxiedRemote, n i
 			Spec: decov1.DecofileSpec{Source: decov1.SourceGit, Interval: &metav1.Duration{Duration: time.Hour},
 				Git: &decov1.GitSource{URL: r.URL(), Ref: "main", Path: "blocks"}},
 		}
-		if err := e.c.Client.Create(context.Background(), df); err != nil {
+		if err := c.Create(context.Background(), df); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -284,13 +284,13 @@ func (e *fanoutEnv) waitAtCommit(t testing.TB, ns, group, sha string, n int, sti
 	})
 }
 
-// While a remote hangs with Decofiles following it in flight, the Decofiles of a healthy remote
-// are delivered, after their creation and after a push, and the healthy repository is fetched
-// once per commit however many Decofiles follow it. Once the hanging remote answers again its
-// Decofiles are delivered too.
+// A tenant points more Decofiles than there are workers at a remote that accepts requests and
+// never answers. Meanwhile another tenant's Decofiles of a healthy remote are delivered, after
+// their creation and after a push, and the healthy repository is fetched once per commit however
+// many Decofiles follow it. Once the hanging remote answers again its Decofiles are delivered too.
 func TestPushNotBlockedBySlowRemote(t *testing.T) {
 	e := startFanout(t)
-	ns := e.c.Namespace(t, "fanout", nil)
+	attacker, victim := e.c.Tenant(t, "fanouttarpit", nil), e.c.Tenant(t, "fanout", nil)
 	slow, healthy := newProxiedRemote(t, "slow"), newProxiedRemote(t, "healthy")
 	slow.commit(t, 1)
 	first := healthy.commit(t, 1)
@@ -298,7 +298,7 @@ func TestPushNotBlockedBySlowRemote(t *testing.T) {
 	release := slow.hold()
 	defer release()
 	const slowN, healthyN = 8, 20 // more Decofiles of the hanging remote than workers
-	e.follow(t, ns, "slow", slow, slowN)
+	e.follow(t, attacker.Client, attacker.Namespace, "slow", slow, slowN)
 	testenv.Eventually(t, fanoutWait, func() error {
 		if n := slow.waiting.Load(); n < 2 {
 			return fmt.Errorf("%d requests held by the slow remote", n)
@@ -309,13 +309,14 @@ func TestPushNotBlockedBySlowRemote(t *testing.T) {
 		if slow.waiting.Load() == 0 {
 			return fmt.Errorf("the slow remote holds no request any more")
 		}
-		if e.anyReady(t, ns, "slow") {
+		if e.anyReady(t, attacker.Namespace, "slow") {
 			return fmt.Errorf("a Decofile of the slow remote is Ready although the remote never answered")
 		}
 		return nil
 	}
 
-	e.follow(t, ns, "healthy", healthy, healthyN)
+	ns := victim.Namespace
+	e.follow(t, victim.Client, ns, "healthy", healthy, healthyN)
 	e.waitAtCommit(t, ns, "healthy", first, healthyN, stillHeld)
 	second := healthy.commit(t, 2)
 	sent := time.Now()
@@ -331,5 +332,5 @@ func TestPushNotBlockedBySlowRemote(t *testing.T) {
 	release()
 	next := slow.commit(t, 2)
 	e.sendPush(t, slow, next)
-	e.waitAtCommit(t, ns, "slow", next, slowN, nil)
+	e.waitAtCommit(t, attacker.Namespace, "slow", next, slowN, nil)
 }
