@@ -444,6 +444,11 @@ func TestDeleteOnFinalize(t *testing.T) {
 	if _, _, err := object(t, sh.s3, key); err != nil {
 		t.Fatal(err)
 	}
+	// A last good copy, as a progressive rollout keeps one, goes with the object.
+	lastGood := key + s3target.LastGoodSuffix
+	if _, err := sh.s3.Client(nil).PutObject(context.Background(), &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(lastGood), Body: strings.NewReader(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.Client.Delete(context.Background(), get(t, c, df)); err != nil {
 		t.Fatal(err)
 	}
@@ -457,6 +462,9 @@ func TestDeleteOnFinalize(t *testing.T) {
 	_, err := sh.s3.Client(nil).HeadObject(context.Background(), &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
 	if err == nil {
 		t.Fatalf("object %s still exists after the Decofile was deleted", key)
+	}
+	if _, err := sh.s3.Client(nil).HeadObject(context.Background(), &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(lastGood)}); err == nil {
+		t.Fatalf("last good copy %s still exists after the Decofile was deleted", lastGood)
 	}
 
 	// Turned off later: a Decofile still carrying the finalizer is released, its object kept.
