@@ -53,8 +53,8 @@ func TestManagerServesProbesAndMetrics(t *testing.T) {
 	o.LeaderElect = true
 	o.LeaderElectionNamespace = "default"
 	o.LeaderElectionID = testenv.Name(t)
-	o.MetricsAddr = freeAddr(t)
-	o.ProbeAddr = freeAddr(t)
+	o.MetricsAddr = testenv.FreeLoopbackAddr(t)
+	o.ProbeAddr = testenv.FreeLoopbackAddr(t)
 	mgr, err := manager.New(c.Config, o)
 	if err != nil {
 		t.Fatal(err)
@@ -86,14 +86,6 @@ func TestManagerServesProbesAndMetrics(t *testing.T) {
 			return nil
 		})
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	port, err := servers.FreePort("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("127.0.0.1:%d", port)
 }
 
 // TestLegacyControllerNames: v0.11's --controllers part names run the siteops part that does the

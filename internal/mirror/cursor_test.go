@@ -3,7 +3,6 @@ package mirror_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"strconv"
 	"testing"
@@ -143,7 +142,7 @@ func TestRedisDownKeepsCommitting(t *testing.T) {
 	c := testenv.APIServer(t)
 	srv := testenv.Redis(t, servers.RedisOptions{})
 	f := newFixture(t, c)
-	probe := freeAddr(t)
+	probe := testenv.FreeLoopbackAddr(t)
 	runManager(t, c, mirror.Options{RedisAddr: srv.Addr, RedisKeyPrefix: "down"}, probe)
 	f.target(t, "t", "", 100*time.Millisecond, "")
 	f.watchRule(t, "cms", "t", cmRule())
@@ -171,16 +170,6 @@ func findCond(gt *mirrorv1alpha1.GitTarget, typ string) *metav1.Condition {
 		}
 	}
 	return nil
-}
-
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func waitReadyz(t testing.TB, addr string, code int) {

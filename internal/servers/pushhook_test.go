@@ -26,9 +26,10 @@ func (k *keysSeen) Trigger(_ context.Context, keys []string) (int, error) {
 	return 1, nil
 }
 
-// Every push to the remote is announced to a push receiver, signed with the shared secret,
-// before `git push` returns.
-func TestGitRemoteAnnouncesPushes(t *testing.T) {
+// announcingRemote starts a push receiver that records what it is asked for, and a git remote
+// (o, with a fresh Root) announcing every push to it; both stop when the test ends.
+func announcingRemote(t *testing.T, o servers.GitRemoteOptions) (*servers.GitRemote, *keysSeen) {
+	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("git not installed")
 	}
@@ -42,29 +43,38 @@ func TestGitRemoteAnnouncesPushes(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	go func() { _ = rcv.Start(ctx) }()
-
-	remote, err := servers.StartGitRemote(ctx, servers.GitRemoteOptions{Root: t.TempDir(),
-		PushEventURL: "http://" + l.Addr().String() + push.Path, PushEventSecret: []byte("dev-secret")})
+	o.Root, o.PushEventURL, o.PushEventSecret = t.TempDir(), "http://"+l.Addr().String()+push.Path, []byte("dev-secret")
+	remote, err := servers.StartGitRemote(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = remote.Stop() }()
+	t.Cleanup(func() { _ = remote.Stop() })
+	return remote, seen
+}
+
+// gitIn runs git in dir with a test identity, failing the test on error.
+func gitIn(t *testing.T, dir string, args ...string) {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git %v: %v %s", args, err, out)
+	}
+}
+
+// Every push to the remote is announced to a push receiver, signed with the shared secret,
+// before `git push` returns.
+func TestGitRemoteAnnouncesPushes(t *testing.T) {
+	remote, seen := announcingRemote(t, servers.GitRemoteOptions{})
 	url, err := remote.CreateRepo("site", "main")
 	if err != nil {
 		t.Fatal(err)
 	}
 	work := t.TempDir()
-	git := func(args ...string) {
-		t.Helper()
-		cmd := exec.Command("git", args...)
-		cmd.Dir = work
-		cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v %s", args, err, out)
-		}
-	}
+	git := func(args ...string) { gitIn(t, work, args...) }
 	git("init", "-q", "-b", "main")
 	for i, content := range []string{"1", "2"} {
 		if err := os.WriteFile(filepath.Join(work, "a.json"), []byte(content), 0o644); err != nil {

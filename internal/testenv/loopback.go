@@ -5,6 +5,8 @@ import (
 	"net"
 	"sync/atomic"
 	"testing"
+
+	"github.com/siteops/siteops/internal/servers"
 )
 
 // loopbackNext numbers the 127.x.y.z addresses handed out in this process; 127.0.0.1 is left alone.
@@ -29,4 +31,14 @@ func LoopbackListener(t testing.TB) net.Listener {
 	}
 	t.Cleanup(func() { _ = l.Close() })
 	return l
+}
+
+// FreeLoopbackAddr is a "127.0.0.1:port" free right now, for a server configured by address.
+func FreeLoopbackAddr(t testing.TB) string {
+	t.Helper()
+	port, err := servers.FreePort("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", port)
 }

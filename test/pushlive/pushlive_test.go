@@ -3,7 +3,6 @@ package pushlive
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -61,7 +60,7 @@ func startSite(t testing.TB, files map[string][]byte, pods []simpods.Pod) *site 
 	if err := os.WriteFile(secretFile, secret, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	receiver := freeLoopbackAddr(t)
+	receiver := testenv.FreeLoopbackAddr(t)
 	git := testenv.GitRemote(t, servers.GitRemoteOptions{})
 	git.AnnouncePushes("http://"+receiver+push.Path, secret)
 	url, err := git.CreateRepo("site", "main")
@@ -197,17 +196,6 @@ func writeFile(t testing.TB, path string, content []byte) {
 	if err := os.WriteFile(path, content, 0o644); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// freeLoopbackAddr is a 127.0.0.1 port free right now, for a server configured by address.
-func freeLoopbackAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // A push reaches every pod without waiting for the Decofile's interval (an hour): the git
