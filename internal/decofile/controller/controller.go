@@ -667,9 +667,7 @@ func (r *Reconciler) gitAuth(ctx context.Context, df *decov1.Decofile) (*source.
 
 // patchStatus writes next as the Decofile's status unless nothing changed. It patches with an
 // optimistic lock and only the fields this controller owns, so the rollout controller's
-// notifiedHash, rollout and PodsNotified condition are never overwritten. The patch is computed
-// from the status alone and the API server answers with the metadata only: the spec may hold
-// megabytes of inline content, which would otherwise be encoded, diffed and sent back each time.
+// notifiedHash, rollout and PodsNotified condition are never overwritten; see PatchStatus.
 func (r *Reconciler) patchStatus(ctx context.Context, df *decov1.Decofile, next *decov1.DecofileStatus) error {
 	if statusEqual(&df.Status, next) {
 		return nil
@@ -685,20 +683,10 @@ func (r *Reconciler) patchStatus(ctx context.Context, df *decov1.Decofile, next 
 			}
 		}
 		first = false
-		old := &decov1.Decofile{ObjectMeta: metav1.ObjectMeta{Namespace: cur.Namespace, Name: cur.Name, ResourceVersion: cur.ResourceVersion}}
-		cur.Status.DeepCopyInto(&old.Status)
-		want := old.DeepCopy()
-		apply(&want.Status, next)
-		if equality.Semantic.DeepEqual(old.Status, want.Status) {
-			return nil
-		}
-		data, err := client.MergeFromWithOptions(old, client.MergeFromWithOptimisticLock{}).Data(want)
-		if err != nil {
-			return fmt.Errorf("compute the status patch of Decofile %s: %w", key, err)
-		}
-		obj := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: cur.Namespace, Name: cur.Name}}
-		obj.SetGroupVersionKind(decov1.GroupVersion.WithKind("Decofile"))
-		return r.client.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, data))
+		want := cur.Status.DeepCopy()
+		apply(want, next)
+		_, err := PatchStatus(ctx, r.client, cur, &cur.Status, want)
+		return err
 	})
 }
 
