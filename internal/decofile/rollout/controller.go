@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	decofilecontroller "github.com/siteops/siteops/internal/decofile/controller"
 	"github.com/siteops/siteops/internal/decofile/notify"
 )
 
@@ -86,6 +87,9 @@ type Reconciler struct {
 	memory *budget
 	// runners and the requeue channel: see runners.go.
 	runners runners
+	// written holds, per Decofile, the resourceVersion of this controller's last status write
+	// until the manager's cache is known to hold it (see current).
+	written sync.Map // client.ObjectKey → string
 }
 
 // failure remembers the failed rollouts of one content hash, for backoff.
@@ -194,10 +198,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if apierrors.IsNotFound(err) {
 			r.stopRunner(key)
 			r.forget(key)
+			r.written.Delete(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
 	}
+	r.written.CompareAndDelete(req.NamespacedName, df.ResourceVersion) // the cache has the last write
 	if df.DeletionTimestamp != nil || !df.TargetOrDefault().Supported() {
 		// Being deleted, or served by another operator (tanstack-kv): its pods are not ours to notify.
 		r.stopRunner(key)
@@ -282,18 +288,16 @@ func (r *Reconciler) rollout(ctx context.Context, df *decov1alpha1.Decofile, has
 		return r.opts.RetryBase
 	}
 
-	// PodsNotified=Unknown for this version before the first pod hears of it.
+	// PodsNotified=Unknown for this version before the first pod hears of it. Without pods no
+	// pod hears of it: the start is written together with the result, in one status patch.
 	startedAt := metav1.NewTime(start)
-	if err := r.patchStatus(ctx, key, func(d *decov1alpha1.Decofile) bool {
-		changed := setCondition(d, metav1.ConditionUnknown, decov1alpha1.ReasonNotificationInProgress, "Notifying pods for "+id)
-		ro := &decov1alpha1.RolloutStatus{ID: id, Total: int32(len(pods)), StartedAt: &startedAt}
-		if d.Status.Rollout == nil || *d.Status.Rollout != *ro {
-			d.Status.Rollout, changed = ro, true
+	begin := beginRollout(id, len(pods), &startedAt)
+	if len(pods) > 0 {
+		if err := r.patchStatus(ctx, key, begin); err != nil {
+			log.Info("could not record the rollout start; will retry", "error", err.Error())
+			return r.opts.RetryBase
 		}
-		return changed
-	}); err != nil {
-		log.Info("could not record the rollout start; will retry", "error", err.Error())
-		return r.opts.RetryBase
+		begin = nil
 	}
 
 	targets := make([]notify.Pod, len(pods))
@@ -303,14 +307,16 @@ func (r *Reconciler) rollout(ctx context.Context, df *decov1alpha1.Decofile, has
 	ro := notify.Rollout{
 		ID: id, Protocol: r.opts.Protocol, Timestamp: content.Timestamp, Token: token,
 		Pods: targets, Refresh: refresher(r.reader, df.Namespace),
-		Progress: func(p notify.Progress) { r.recordProgress(ctx, key, id, p) },
+	}
+	if len(pods) > 0 {
+		ro.Progress = func(p notify.Progress) { r.recordProgress(ctx, key, id, p) }
 	}
 	if r.opts.Protocol == notify.ProtocolPush {
 		ro.Body = notify.PushBody(content.Timestamp, content.JSON)
 	}
 	content = Content{} // the body holds the only copy needed from here on
 	if df.Spec.Rollout != nil {
-		return r.progressive(ctx, df, hash, id, ro, pods, startedAt)
+		return r.progressive(ctx, df, hash, id, ro, pods, startedAt, begin)
 	}
 	log.Info("notifying pods", "pods", len(pods), "protocol", r.opts.Protocol)
 	runCtx, stopWatch := r.watchSupersede(ctx, key, hash)
@@ -336,12 +342,12 @@ func (r *Reconciler) rollout(ctx context.Context, df *decov1alpha1.Decofile, has
 
 	rolloutsTotal.WithLabelValues("succeeded").Inc()
 	finished := metav1.Now()
-	if err := r.patchStatus(ctx, key, func(d *decov1alpha1.Decofile) bool {
+	if err := r.patchStatus(ctx, key, then(begin, func(d *decov1alpha1.Decofile) bool {
 		setCondition(d, metav1.ConditionTrue, decov1alpha1.ReasonNotificationSucceeded, "Successfully notified all pods for "+id)
 		d.Status.NotifiedHash = hash
 		d.Status.Rollout = summary(id, res.Progress, &startedAt, &finished) // finishedAt always changes
 		return true
-	}); err != nil {
+	})); err != nil {
 		log.Info("could not record the rollout result; will retry", "error", err.Error())
 		return r.opts.RetryBase
 	}
@@ -476,30 +482,94 @@ func (r *Reconciler) recordProgress(ctx context.Context, key client.ObjectKey, i
 	}
 }
 
+// beginRollout records the start of rollout id to total pods: PodsNotified=Unknown and a new
+// status.rollout.
+func beginRollout(id string, total int, startedAt *metav1.Time) func(*decov1alpha1.Decofile) bool {
+	return func(d *decov1alpha1.Decofile) bool {
+		changed := setCondition(d, metav1.ConditionUnknown, decov1alpha1.ReasonNotificationInProgress, "Notifying pods for "+id)
+		ro := &decov1alpha1.RolloutStatus{ID: id, Total: int32(total), StartedAt: startedAt}
+		if d.Status.Rollout == nil || *d.Status.Rollout != *ro {
+			d.Status.Rollout, changed = ro, true
+		}
+		return changed
+	}
+}
+
+// then is mutate preceded by begin, a start not written yet (nil: written already): the status
+// ends as if both had been written one after the other, condition transition time included.
+func then(begin, mutate func(*decov1alpha1.Decofile) bool) func(*decov1alpha1.Decofile) bool {
+	if begin == nil {
+		return mutate
+	}
+	return func(d *decov1alpha1.Decofile) bool {
+		began := begin(d)
+		return mutate(d) || began
+	}
+}
+
 func setCondition(d *decov1alpha1.Decofile, status metav1.ConditionStatus, reason, msg string) bool {
 	return meta.SetStatusCondition(&d.Status.Conditions, metav1.Condition{
 		Type: decov1alpha1.ConditionPodsNotified, Status: status, Reason: reason, Message: msg, ObservedGeneration: d.Generation,
 	})
 }
 
-// patchStatus applies mutate to a fresh copy of the Decofile and patches its status with an
-// optimistic lock, retrying on conflict: the delivery controller writes other status fields of
-// the same object. Nothing is written when mutate reports no change.
+// patchStatus applies mutate to the current Decofile and patches its status with an optimistic
+// lock (decofilecontroller.PatchStatus), retrying on conflict: the delivery controller writes other
+// status fields of the same object. Nothing is written when mutate reports no change or the
+// status ends as it was. The Decofile is read from the manager's cache, which holds it without
+// its inline content: a status write needs no more, and a read of the whole object from the API
+// server is as costly as the write. A cache behind the API server makes the patch conflict, and
+// the retry reads from the API server.
 func (r *Reconciler) patchStatus(ctx context.Context, key client.ObjectKey, mutate func(*decov1alpha1.Decofile) bool) error {
+	fresh := false
 	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		var d decov1alpha1.Decofile
-		if err := r.reader.Get(ctx, key, &d); err != nil {
+		d, err := r.current(ctx, key, fresh)
+		fresh = true
+		if err != nil {
 			return client.IgnoreNotFound(err)
 		}
-		old := d.DeepCopy()
-		if !mutate(&d) {
+		old := d.Status.DeepCopy()
+		if !mutate(d) {
 			return nil
 		}
-		if err := r.client.Status().Patch(ctx, &d, client.MergeFromWithOptions(old, client.MergeFromWithOptimisticLock{})); err != nil {
+		rv, err := decofilecontroller.PatchStatus(ctx, r.client, d, old, &d.Status)
+		if err != nil {
 			return fmt.Errorf("patch status of Decofile %s: %w", key, err)
+		}
+		if rv != "" {
+			r.written.Store(key, rv)
 		}
 		return nil
 	})
+}
+
+// current reads the Decofile a status change starts from: from the manager's cache unless fresh
+// is set or the cache may not have this controller's last status write yet, from the API server
+// then. A mutation deciding from a cache without its own last write could find nothing to do
+// (a step recorded on a rollout the cache does not show started yet) and write nothing.
+func (r *Reconciler) current(ctx context.Context, key client.ObjectKey, fresh bool) (*decov1alpha1.Decofile, error) {
+	rv, pending := r.written.Load(key)
+	if !fresh {
+		d := &decov1alpha1.Decofile{}
+		if err := r.client.Get(ctx, key, d); err != nil {
+			if apierrors.IsNotFound(err) {
+				r.written.Delete(key)
+			}
+			return nil, err
+		}
+		if !pending || rv == d.ResourceVersion {
+			r.written.CompareAndDelete(key, d.ResourceVersion)
+			return d, nil
+		}
+	}
+	d := &decov1alpha1.Decofile{}
+	if err := r.reader.Get(ctx, key, d); err != nil {
+		return nil, err
+	}
+	if pending {
+		r.written.CompareAndDelete(key, rv) // written before this read: the API server had it
+	}
+	return d, nil
 }
 
 // reloadToken reads the workload's reload token from the Decofile's reload Secret.

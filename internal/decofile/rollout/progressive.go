@@ -55,16 +55,20 @@ type stepRun struct {
 	// reached are the pods sent the version so far (whatever they answered).
 	reached map[string]bool
 	acc     notify.Progress
+	// begin is the start of the rollout when it is not written yet (no pods): written with the
+	// result.
+	begin func(*decov1alpha1.Decofile) bool
 }
 
 // progressive notifies the pods step by step (spec.rollout.steps), pauses after each step but
 // the last, checks every pod reached so far, and rolls back at the first failure. Pods that
 // cannot be notified at the start (not running, no IP) are counted as skipped and left out of
-// the plan; the steps cover the others, in name order.
-func (r *Reconciler) progressive(ctx context.Context, df *decov1alpha1.Decofile, hash, id string, ro notify.Rollout, pods []corev1.Pod, startedAt metav1.Time) time.Duration {
+// the plan; the steps cover the others, in name order. begin is the rollout's start when it is
+// not written yet.
+func (r *Reconciler) progressive(ctx context.Context, df *decov1alpha1.Decofile, hash, id string, ro notify.Rollout, pods []corev1.Pod, startedAt metav1.Time, begin func(*decov1alpha1.Decofile) bool) time.Duration {
 	log := logf.FromContext(ctx)
 	run := &stepRun{df: df, key: client.ObjectKeyFromObject(df), hash: hash, id: id, startedAt: startedAt,
-		selected: map[string]types.UID{}, reached: map[string]bool{}}
+		selected: map[string]types.UID{}, reached: map[string]bool{}, begin: begin}
 	var eligible []notify.Pod
 	for i := range pods {
 		run.selected[pods[i].Name] = pods[i].UID
@@ -81,6 +85,9 @@ func (r *Reconciler) progressive(ctx context.Context, df *decov1alpha1.Decofile,
 		err = ValidCheckPath(spec.Check.Path)
 	}
 	if err != nil {
+		if begin != nil {
+			_ = r.patchStatus(ctx, run.key, begin) // a rare error: the start stays a write of its own
+		}
 		return r.fail(ctx, df, id, hash, nil, ReasonInvalidRollout, err.Error(), startedAt.Time)
 	}
 	pause := DefaultPause
@@ -198,14 +205,14 @@ func (r *Reconciler) succeedSteps(ctx context.Context, run *stepRun, steps int32
 	finished := metav1.Now()
 	duration := finished.Sub(run.startedAt.Time)
 	rolloutDuration.Observe(duration.Seconds())
-	if err := r.patchStatus(ctx, run.key, func(d *decov1alpha1.Decofile) bool {
+	if err := r.patchStatus(ctx, run.key, then(run.begin, func(d *decov1alpha1.Decofile) bool {
 		setCondition(d, metav1.ConditionTrue, decov1alpha1.ReasonNotificationSucceeded, "Successfully notified all pods for "+run.id)
 		d.Status.NotifiedHash = run.hash
 		ro := summary(run.id, run.acc, &run.startedAt, &finished)
 		ro.Step, ro.Steps, ro.Updated, ro.Phase = steps, steps, int32(run.acc.Notified), PhaseSucceeded
 		d.Status.Rollout = ro
 		return true
-	}); err != nil {
+	})); err != nil {
 		log.Info("could not record the rollout result; will retry", "error", err.Error())
 		return r.opts.RetryBase
 	}

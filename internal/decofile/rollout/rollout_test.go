@@ -24,6 +24,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -62,7 +63,17 @@ func newEnv(t testing.TB, o rollout.Options, also ...func(ctrl.Manager) error) *
 // newEnvs is newEnv for n namespaces served by one manager.
 func newEnvs(t testing.TB, n int, o rollout.Options, also ...func(ctrl.Manager) error) []*env {
 	t.Helper()
+	return newEnvsOn(t, n, nil, o, also...)
+}
+
+// newEnvsOn is newEnvs with the manager's transport wrapped by wrap (nil: as it is).
+func newEnvsOn(t testing.TB, n int, wrap func(http.RoundTripper) http.RoundTripper, o rollout.Options, also ...func(ctrl.Manager) error) []*env {
+	t.Helper()
 	c := testenv.APIServer(t)
+	cfg := rest.CopyConfig(c.Config)
+	if wrap != nil {
+		cfg.Wrap(wrap)
+	}
 	namespaces := map[string]cache.Config{}
 	var envs []*env
 	for range n {
@@ -70,11 +81,14 @@ func newEnvs(t testing.TB, n int, o rollout.Options, also ...func(ctrl.Manager) 
 		namespaces[ns] = cache.Config{}
 		envs = append(envs, &env{t: t, c: c, ns: ns})
 	}
-	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
+	// The cache as the siteops-manager has it: Decofiles without their inline content.
+	co := cache.Options{DefaultNamespaces: namespaces, DefaultTransform: cache.TransformStripManagedFields()}
+	controller.CacheOptions(&co)
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 c.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache:                  cache.Options{DefaultNamespaces: namespaces},
+		Cache:                  co,
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	if err != nil {

@@ -1,0 +1,171 @@
+package rollout_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/internal/decofile/encode"
+	"github.com/siteops/siteops/internal/decofile/rollout"
+	"github.com/siteops/siteops/internal/testenv"
+)
+
+// wire records the manager's requests for single Decofiles (and their status) as they go out,
+// with the size of each answer once the manager has read it.
+type wire struct {
+	mu   sync.Mutex
+	reqs []*wireRequest
+}
+
+type wireRequest struct {
+	method, path string
+	answered     bool
+	answerBytes  int
+}
+
+func (w *wire) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		if !strings.Contains(req.URL.Path, "/decofiles/") {
+			return rt.RoundTrip(req)
+		}
+		r := &wireRequest{method: req.Method, path: req.URL.Path}
+		w.mu.Lock()
+		w.reqs = append(w.reqs, r)
+		w.mu.Unlock()
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			return nil, err
+		}
+		resp.Body = &countedBody{ReadCloser: resp.Body, w: w, r: r}
+		return resp, nil
+	})
+}
+
+// find returns copies of the requests with method whose path ends with suffix.
+func (w *wire) find(method, suffix string) []wireRequest {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []wireRequest
+	for _, r := range w.reqs {
+		if r.method == method && strings.HasSuffix(r.path, suffix) {
+			out = append(out, *r)
+		}
+	}
+	return out
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+type countedBody struct {
+	io.ReadCloser
+	w *wire
+	r *wireRequest
+}
+
+func (b *countedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.w.mu.Lock()
+	b.r.answerBytes += n
+	if err != nil {
+		b.r.answered = true
+	}
+	b.w.mu.Unlock()
+	return n, err
+}
+
+func (b *countedBody) Close() error {
+	b.w.mu.Lock()
+	b.r.answered = true
+	b.w.mu.Unlock()
+	return b.ReadCloser.Close()
+}
+
+// TestRolloutWithoutPodsPatchesOnce: the rollout of a Decofile no pod reads (a tenant's 300 KB
+// inline Decofile) is recorded, start and result, in one status patch, computed from the
+// manager's cache: the Decofile is not read from the API server, and the answer to the patch
+// carries its metadata only, not the content the tenant wrote. The status ends as a start
+// followed by a result would leave it.
+func TestRolloutWithoutPodsPatchesOnce(t *testing.T) {
+	var w wire
+	e := newEnvsOn(t, 1, w.wrap, rollout.Options{})[0]
+	tn := e.c.TenantIn(t, e.ns)
+	ctx := context.Background()
+	big := strings.Repeat("lorem ipsum dolor sit amet ", 300<<10/27)
+	df := &decov1alpha1.Decofile{
+		ObjectMeta: metav1.ObjectMeta{Name: "big", Namespace: e.ns},
+		Spec: decov1alpha1.DecofileSpec{Source: decov1alpha1.SourceInline, Inline: &decov1alpha1.InlineSource{
+			Value: map[string]apiextensionsv1.JSON{"pages/home": {Raw: []byte(strconv.Quote(big))}}}},
+	}
+	if err := tn.Client.Create(ctx, df); err != nil {
+		t.Fatalf("tenant creates its Decofile: %v", err)
+	}
+	if err := tn.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: df.ReloadSecretName(), Namespace: e.ns},
+		Data: map[string][]byte{decov1alpha1.ReloadTokenKey: []byte(reloadToken)}}); err != nil {
+		t.Fatalf("tenant creates the reload Secret: %v", err)
+	}
+
+	self := "/namespaces/" + e.ns + "/decofiles/big"
+	for i, commit := range []string{"5151515151515151515151515151515151515151", "6262626262626262626262626262626262626262"} {
+		content := []byte(`{"pages/home":"` + big[:1000] + `","version":` + strconv.Itoa(i) + `}`)
+		before := time.Now().Truncate(time.Second)
+		patched := len(w.find(http.MethodPatch, self+"/status"))
+		e.store(df, content, commit, 1731800000+int64(i), false)
+		got := e.podsNotified(df, metav1.ConditionTrue, "Successfully notified all pods for commit:"+commit, 20*time.Second)
+
+		var patches []wireRequest
+		testenv.Eventually(t, 10*time.Second, func() error {
+			patches = w.find(http.MethodPatch, self+"/status")[patched:]
+			for _, p := range patches {
+				if !p.answered {
+					return errors.New("the answer to the status patch is not read yet")
+				}
+			}
+			return nil
+		})
+		if len(patches) != 1 {
+			t.Errorf("rollout %d: %d status patches without pods, want 1", i+1, len(patches))
+		}
+		for _, p := range patches {
+			if p.answerBytes > 8<<10 {
+				t.Errorf("rollout %d: the answer to a status patch is %d bytes: more than the metadata", i+1, p.answerBytes)
+			}
+		}
+		if n := len(w.find(http.MethodGet, self)); n != 0 {
+			t.Errorf("rollout %d: the Decofile was read from the API server %d times; the cache has what a status write needs", i+1, n)
+		}
+
+		if got.Status.NotifiedHash != encode.Hash(content) {
+			t.Errorf("rollout %d: notifiedHash %q, want %q", i+1, got.Status.NotifiedHash, encode.Hash(content))
+		}
+		ro := got.Status.Rollout
+		if ro == nil || ro.ID != "commit:"+commit || ro.Total != 0 || ro.Notified != 0 || ro.StartedAt == nil || ro.FinishedAt == nil {
+			t.Fatalf("rollout %d: status.rollout %+v", i+1, ro)
+		}
+		if ro.StartedAt.Before(&metav1.Time{Time: before}) || ro.FinishedAt.Before(ro.StartedAt) {
+			t.Errorf("rollout %d: started %s and finished %s, want both since %s", i+1, ro.StartedAt, ro.FinishedAt, before)
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, decov1alpha1.ConditionPodsNotified)
+		if c.Reason != decov1alpha1.ReasonNotificationSucceeded || c.LastTransitionTime.Before(&metav1.Time{Time: before}) {
+			t.Errorf("rollout %d: PodsNotified %+v, want %s, changed since %s", i+1, c, decov1alpha1.ReasonNotificationSucceeded, before)
+		}
+	}
+	var d decov1alpha1.Decofile
+	if err := e.c.Client.Get(ctx, client.ObjectKeyFromObject(df), &d); err != nil || len(d.Spec.Inline.Value["pages/home"].Raw) < len(big) {
+		t.Errorf("the tenant's inline content is not whole in the Decofile (%v)", err)
+	}
+}
