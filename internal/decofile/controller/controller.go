@@ -11,7 +11,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -20,13 +19,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -536,185 +532,4 @@ func truncate(s string, n int) string {
 		return s[:n] + "…"
 	}
 	return s
-}
-
-// fetch retrieves the blocks. For github and git sources it first resolves the ref; when the
-// resolved commit is the one already stored for this generation and the ConfigMap is intact it
-// returns cached=true without downloading anything (seed flow 2: the SHA is the cache key).
-func (r *Reconciler) fetch(ctx context.Context, df *decov1.Decofile, intact bool) (blocks source.Blocks, commit string, cached bool, err error) {
-	upToDate := func(sha string) bool {
-		return intact && sha == df.Status.GitHubCommit && df.Status.ObservedGeneration == df.Generation &&
-			meta.IsStatusConditionTrue(df.Status.Conditions, decov1.ConditionReady)
-	}
-	switch df.Spec.Source {
-	case decov1.SourceInline:
-		if df.Spec.Inline == nil {
-			return nil, "", false, &source.Error{Reason: source.ReasonInvalidContent, Err: errors.New("spec.source is inline but spec.inline is not set")}
-		}
-		values := make(map[string]json.RawMessage, len(df.Spec.Inline.Value))
-		for k, v := range df.Spec.Inline.Value {
-			values[k] = v.Raw
-		}
-		blocks, err = source.Inline(values)
-		return blocks, "", false, err
-	case decov1.SourceGitHub:
-		gh := df.Spec.GitHub
-		if gh == nil {
-			return nil, "", false, &source.Error{Reason: source.ReasonInvalidContent, Err: errors.New("spec.source is github but spec.github is not set")}
-		}
-		own, err := r.secretValue(ctx, df.Namespace, gh.Secret, "token", "spec.github.secret")
-		if err != nil {
-			return nil, "", false, err
-		}
-		token, _, err := r.opts.Tokens.Choose(ctx, df.Namespace, gh.Org, gh.Repo, own)
-		if err != nil {
-			return nil, "", false, err
-		}
-		sha, err := r.opts.GitHub.Resolve(ctx, gh.Org, gh.Repo, gh.Commit, token)
-		if err != nil {
-			return nil, "", false, err
-		}
-		if upToDate(sha) {
-			return nil, sha, true, nil
-		}
-		if r.isRejected(df, sha) || rolledBack(df, "", sha) {
-			return nil, sha, false, errRejected
-		}
-		blocks, err = r.opts.GitHub.Fetch(ctx, gh.Org, gh.Repo, sha, gh.Path, token)
-		return blocks, sha, false, err
-	case decov1.SourceGit:
-		g := df.Spec.Git
-		if g == nil {
-			return nil, "", false, &source.Error{Reason: source.ReasonInvalidContent, Err: errors.New("spec.source is git but spec.git is not set")}
-		}
-		auth, err := r.gitAuth(ctx, df)
-		if err != nil {
-			return nil, "", false, err
-		}
-		ref := g.Ref
-		if ref == "" {
-			ref = "main"
-		}
-		sha, err := r.opts.Git.Resolve(ctx, g.URL, ref, auth)
-		if err != nil {
-			return nil, "", false, err
-		}
-		if upToDate(sha) {
-			return nil, sha, true, nil
-		}
-		if r.isRejected(df, sha) || rolledBack(df, "", sha) {
-			return nil, sha, false, errRejected
-		}
-		blocks, err = r.opts.Git.Fetch(ctx, g.URL, ref, sha, g.Path, auth)
-		return blocks, sha, false, err
-	}
-	return nil, "", false, &source.Error{Reason: source.ReasonInvalidContent, Err: fmt.Errorf("unknown spec.source %q", df.Spec.Source)}
-}
-
-func (r *Reconciler) isRejected(df *decov1.Decofile, sha string) bool {
-	v, ok := r.rejected.Load(types.NamespacedName{Namespace: df.Namespace, Name: df.Name})
-	return ok && v.(rejectedCommit) == rejectedCommit{generation: df.Generation, sha: sha}
-}
-
-// secretValue reads key of Secret name; "" name means no Secret.
-func (r *Reconciler) secretValue(ctx context.Context, ns, name, key, field string) (string, error) {
-	if name == "" {
-		return "", nil
-	}
-	s, err := r.secret(ctx, ns, name, field)
-	if err != nil {
-		return "", err
-	}
-	v := strings.TrimSpace(string(s.Data[key]))
-	if v == "" {
-		return "", &source.Error{Reason: source.ReasonCredentials, Err: fmt.Errorf("secret %s named by %s has no %q key", name, field, key)}
-	}
-	return v, nil
-}
-
-func (r *Reconciler) secret(ctx context.Context, ns, name, field string) (*corev1.Secret, error) {
-	var s corev1.Secret
-	if err := r.reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, &source.Error{Reason: source.ReasonCredentials, Err: fmt.Errorf("secret %s named by %s does not exist in namespace %s", name, field, ns)}
-		}
-		return nil, &source.Error{Reason: source.ReasonUnavailable, Transient: true, Err: fmt.Errorf("read Secret %s: %w", name, err)}
-	}
-	return &s, nil
-}
-
-func (r *Reconciler) gitAuth(ctx context.Context, df *decov1.Decofile) (*source.GitAuth, error) {
-	ref := df.Spec.Git.SecretRef
-	if ref == nil || ref.Name == "" {
-		return nil, nil
-	}
-	s, err := r.secret(ctx, df.Namespace, ref.Name, "spec.git.secretRef")
-	if err != nil {
-		return nil, err
-	}
-	a := &source.GitAuth{
-		Username:    string(s.Data["username"]),
-		Password:    string(s.Data["password"]),
-		BearerToken: string(s.Data["bearerToken"]),
-		Identity:    s.Data["identity"],
-		KnownHosts:  s.Data["known_hosts"],
-	}
-	if a.Username == "" && a.Password == "" && a.BearerToken == "" && len(a.Identity) == 0 {
-		return nil, &source.Error{Reason: source.ReasonCredentials, Err: fmt.Errorf("secret %s named by spec.git.secretRef has none of username/password, bearerToken or identity", ref.Name)}
-	}
-	return a, nil
-}
-
-// patchStatus writes next as the Decofile's status unless nothing changed. It patches with an
-// optimistic lock and only the fields this controller owns, so the rollout controller's
-// notifiedHash, rollout and PodsNotified condition are never overwritten; see PatchStatus.
-func (r *Reconciler) patchStatus(ctx context.Context, df *decov1.Decofile, next *decov1.DecofileStatus) error {
-	if statusEqual(&df.Status, next) {
-		return nil
-	}
-	key := types.NamespacedName{Namespace: df.Namespace, Name: df.Name}
-	first := true
-	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		cur := df
-		if !first {
-			cur = &decov1.Decofile{}
-			if err := r.reader.Get(ctx, key, cur); err != nil {
-				return fmt.Errorf("get Decofile %s: %w", key, err)
-			}
-		}
-		first = false
-		want := cur.Status.DeepCopy()
-		apply(want, next)
-		_, err := PatchStatus(ctx, r.client, cur, &cur.Status, want)
-		return err
-	})
-}
-
-// apply copies the fields this controller owns from next into s.
-func apply(s, next *decov1.DecofileStatus) {
-	s.ObservedGeneration = next.ObservedGeneration
-	s.SourceType = next.SourceType
-	s.GitHubCommit, s.ShortCommit = next.GitHubCommit, next.ShortCommit
-	s.ContentHash = next.ContentHash
-	s.StoredHash = next.StoredHash
-	s.ConfigMapName = next.ConfigMapName
-	s.S3URL = next.S3URL
-	s.Format = next.Format
-	s.RawBytes, s.StoredBytes = next.RawBytes, next.StoredBytes
-	s.Timestamp = next.Timestamp
-	s.LastUpdated = next.LastUpdated
-	s.LastHandledReconcileAt = next.LastHandledReconcileAt
-	for _, t := range []string{decov1.ConditionReady, decov1.ConditionReconciling, decov1.ConditionStalled} {
-		if c := meta.FindStatusCondition(next.Conditions, t); c != nil {
-			meta.SetStatusCondition(&s.Conditions, *c)
-		} else {
-			meta.RemoveStatusCondition(&s.Conditions, t)
-		}
-	}
-}
-
-func statusEqual(cur, next *decov1.DecofileStatus) bool {
-	probe := cur.DeepCopy()
-	apply(probe, next)
-	return equality.Semantic.DeepEqual(*probe, *cur)
 }

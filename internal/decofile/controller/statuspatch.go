@@ -5,8 +5,10 @@ import (
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
@@ -23,17 +25,71 @@ func PatchStatus(ctx context.Context, c client.StatusClient, df metav1.Object, o
 	if equality.Semantic.DeepEqual(old, next) {
 		return "", nil
 	}
-	meta := metav1.ObjectMeta{Namespace: df.GetNamespace(), Name: df.GetName(), ResourceVersion: df.GetResourceVersion()}
-	from := &decov1.Decofile{ObjectMeta: meta, Status: *old}
-	to := &decov1.Decofile{ObjectMeta: meta, Status: *next}
+	om := metav1.ObjectMeta{Namespace: df.GetNamespace(), Name: df.GetName(), ResourceVersion: df.GetResourceVersion()}
+	from := &decov1.Decofile{ObjectMeta: om, Status: *old}
+	to := &decov1.Decofile{ObjectMeta: om, Status: *next}
 	data, err := client.MergeFromWithOptions(from, client.MergeFromWithOptimisticLock{}).Data(to)
 	if err != nil {
-		return "", fmt.Errorf("compute the status patch of Decofile %s/%s: %w", meta.Namespace, meta.Name, err)
+		return "", fmt.Errorf("compute the status patch of Decofile %s/%s: %w", om.Namespace, om.Name, err)
 	}
-	obj := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: meta.Namespace, Name: meta.Name}}
+	obj := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: om.Namespace, Name: om.Name}}
 	obj.SetGroupVersionKind(decov1.GroupVersion.WithKind("Decofile"))
 	if err := c.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, data)); err != nil {
 		return "", err
 	}
 	return obj.ResourceVersion, nil
+}
+
+// patchStatus writes next as the Decofile's status unless nothing changed. It patches with an
+// optimistic lock and only the fields this controller owns, so the rollout controller's
+// notifiedHash, rollout and PodsNotified condition are never overwritten; see PatchStatus.
+func (r *Reconciler) patchStatus(ctx context.Context, df *decov1.Decofile, next *decov1.DecofileStatus) error {
+	if statusEqual(&df.Status, next) {
+		return nil
+	}
+	key := types.NamespacedName{Namespace: df.Namespace, Name: df.Name}
+	first := true
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		cur := df
+		if !first {
+			cur = &decov1.Decofile{}
+			if err := r.reader.Get(ctx, key, cur); err != nil {
+				return fmt.Errorf("get Decofile %s: %w", key, err)
+			}
+		}
+		first = false
+		want := cur.Status.DeepCopy()
+		apply(want, next)
+		_, err := PatchStatus(ctx, r.client, cur, &cur.Status, want)
+		return err
+	})
+}
+
+// apply copies the fields this controller owns from next into s.
+func apply(s, next *decov1.DecofileStatus) {
+	s.ObservedGeneration = next.ObservedGeneration
+	s.SourceType = next.SourceType
+	s.GitHubCommit, s.ShortCommit = next.GitHubCommit, next.ShortCommit
+	s.ContentHash = next.ContentHash
+	s.StoredHash = next.StoredHash
+	s.ConfigMapName = next.ConfigMapName
+	s.S3URL = next.S3URL
+	s.Format = next.Format
+	s.RawBytes, s.StoredBytes = next.RawBytes, next.StoredBytes
+	s.Timestamp = next.Timestamp
+	s.LastUpdated = next.LastUpdated
+	s.LastHandledReconcileAt = next.LastHandledReconcileAt
+	for _, t := range []string{decov1.ConditionReady, decov1.ConditionReconciling, decov1.ConditionStalled} {
+		if c := meta.FindStatusCondition(next.Conditions, t); c != nil {
+			meta.SetStatusCondition(&s.Conditions, *c)
+		} else {
+			meta.RemoveStatusCondition(&s.Conditions, t)
+		}
+	}
+}
+
+func statusEqual(cur, next *decov1.DecofileStatus) bool {
+	probe := cur.DeepCopy()
+	apply(probe, next)
+	return equality.Semantic.DeepEqual(*probe, *cur)
 }
