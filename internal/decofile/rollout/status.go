@@ -1,0 +1,132 @@
+package rollout
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	decofilecontroller "github.com/siteops/siteops/internal/decofile/controller"
+	"github.com/siteops/siteops/internal/decofile/notify"
+)
+
+func summary(id string, p notify.Progress, started, finished *metav1.Time) *decov1alpha1.RolloutStatus {
+	return &decov1alpha1.RolloutStatus{ID: id, Total: int32(p.Total), Notified: int32(p.Notified), Failed: int32(p.Failed),
+		Skipped: int32(p.Skipped), StartedAt: started, FinishedAt: finished}
+}
+
+// recordProgress writes the running counts (the notifier calls it at most about once a second).
+func (r *Reconciler) recordProgress(ctx context.Context, key client.ObjectKey, id string, p notify.Progress) {
+	err := r.patchStatus(ctx, key, func(d *decov1alpha1.Decofile) bool {
+		ro := d.Status.Rollout
+		if ro == nil || ro.ID != id || ro.FinishedAt != nil {
+			return false
+		}
+		next := *ro
+		next.Total, next.Notified, next.Failed, next.Skipped = int32(p.Total), int32(p.Notified), int32(p.Failed), int32(p.Skipped)
+		if next == *ro {
+			return false
+		}
+		d.Status.Rollout = &next
+		return true
+	})
+	if err != nil {
+		logf.FromContext(ctx).Info("could not record rollout progress", "error", err.Error())
+	}
+}
+
+// beginRollout records the start of rollout id to total pods: PodsNotified=Unknown and a new
+// status.rollout.
+func beginRollout(id string, total int, startedAt *metav1.Time) func(*decov1alpha1.Decofile) bool {
+	return func(d *decov1alpha1.Decofile) bool {
+		changed := setCondition(d, metav1.ConditionUnknown, decov1alpha1.ReasonNotificationInProgress, "Notifying pods for "+id)
+		ro := &decov1alpha1.RolloutStatus{ID: id, Total: int32(total), StartedAt: startedAt}
+		if d.Status.Rollout == nil || *d.Status.Rollout != *ro {
+			d.Status.Rollout, changed = ro, true
+		}
+		return changed
+	}
+}
+
+// then is mutate preceded by begin, a start not written yet (nil: written already): the status
+// ends as if both had been written one after the other, condition transition time included.
+func then(begin, mutate func(*decov1alpha1.Decofile) bool) func(*decov1alpha1.Decofile) bool {
+	if begin == nil {
+		return mutate
+	}
+	return func(d *decov1alpha1.Decofile) bool {
+		began := begin(d)
+		return mutate(d) || began
+	}
+}
+
+func setCondition(d *decov1alpha1.Decofile, status metav1.ConditionStatus, reason, msg string) bool {
+	return meta.SetStatusCondition(&d.Status.Conditions, metav1.Condition{
+		Type: decov1alpha1.ConditionPodsNotified, Status: status, Reason: reason, Message: msg, ObservedGeneration: d.Generation,
+	})
+}
+
+// patchStatus applies mutate to the current Decofile and patches its status with an optimistic
+// lock (decofilecontroller.PatchStatus), retrying on conflict: the delivery controller writes other
+// status fields of the same object. Nothing is written when mutate reports no change or the
+// status ends as it was. The Decofile is read from the manager's cache, which holds it without
+// its inline content: a status write needs no more, and a read of the whole object from the API
+// server is as costly as the write. A cache behind the API server makes the patch conflict, and
+// the retry reads from the API server.
+func (r *Reconciler) patchStatus(ctx context.Context, key client.ObjectKey, mutate func(*decov1alpha1.Decofile) bool) error {
+	fresh := false
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		d, err := r.current(ctx, key, fresh)
+		fresh = true
+		if err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		old := d.Status.DeepCopy()
+		if !mutate(d) {
+			return nil
+		}
+		rv, err := decofilecontroller.PatchStatus(ctx, r.client, d, old, &d.Status)
+		if err != nil {
+			return fmt.Errorf("patch status of Decofile %s: %w", key, err)
+		}
+		if rv != "" {
+			r.written.Store(key, rv)
+		}
+		return nil
+	})
+}
+
+// current reads the Decofile a status change starts from: from the manager's cache unless fresh
+// is set or the cache may not have this controller's last status write yet, from the API server
+// then. A mutation deciding from a cache without its own last write could find nothing to do
+// (a step recorded on a rollout the cache does not show started yet) and write nothing.
+func (r *Reconciler) current(ctx context.Context, key client.ObjectKey, fresh bool) (*decov1alpha1.Decofile, error) {
+	rv, pending := r.written.Load(key)
+	if !fresh {
+		d := &decov1alpha1.Decofile{}
+		if err := r.client.Get(ctx, key, d); err != nil {
+			if apierrors.IsNotFound(err) {
+				r.written.Delete(key)
+			}
+			return nil, err
+		}
+		if !pending || rv == d.ResourceVersion {
+			r.written.CompareAndDelete(key, d.ResourceVersion)
+			return d, nil
+		}
+	}
+	d := &decov1alpha1.Decofile{}
+	if err := r.reader.Get(ctx, key, d); err != nil {
+		return nil, err
+	}
+	if pending {
+		r.written.CompareAndDelete(key, rv) // written before this read: the API server had it
+	}
+	return d, nil
+}
