@@ -174,11 +174,20 @@ func (g *Gate) InFlight(remote string) int {
 	return 0
 }
 
-// gateOrDefault returns g, or a Gate with the defaults held in *fallback when g is nil.
-func gateOrDefault(g *Gate, once *sync.Once, fallback **Gate) *Gate {
+// acquire is Acquire for a source of kind (git, github), counting a refusal in
+// siteops_decofile_source_remote_busy_total.
+func (g *Gate) acquire(ctx context.Context, kind, remote, target string) (release func(), err error) {
+	release, err = g.Acquire(ctx, remote, target)
+	if errors.Is(err, ErrRemoteBusy) {
+		busyTotal.WithLabelValues(kind).Inc()
+	}
+	return release, err
+}
+
+// orOwn is g, or own (a zero Gate: the defaults) when g is nil.
+func orOwn(g, own *Gate) *Gate {
 	if g != nil {
 		return g
 	}
-	once.Do(func() { *fallback = &Gate{} })
-	return *fallback
+	return own
 }

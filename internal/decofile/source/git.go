@@ -60,21 +60,16 @@ type Git struct {
 	once sync.Once
 	http transport.Transport
 
-	gateOnce sync.Once
-	ownGate  *Gate
-	share    shared // commits fetched recently, for the other Decofiles following them
+	ownGate Gate   // used when Gate is nil
+	share   shared // commits fetched recently, for the other Decofiles following them
 }
 
 // gate is the Gate in use.
-func (g *Git) gate() *Gate { return gateOrDefault(g.Gate, &g.gateOnce, &g.ownGate) }
+func (g *Git) gate() *Gate { return orOwn(g.Gate, &g.ownGate) }
 
 // acquire takes a slot of rawURL's host in the Gate.
 func (g *Git) acquire(ctx context.Context, rawURL string) (func(), error) {
-	release, err := g.gate().Acquire(ctx, gitRemoteKey(rawURL), "git remote "+egress.Redact(rawURL))
-	if errors.Is(err, ErrRemoteBusy) {
-		busyTotal.WithLabelValues("git").Inc()
-	}
-	return release, err
+	return g.gate().acquire(ctx, "git", gitRemoteKey(rawURL), "git remote "+egress.Redact(rawURL))
 }
 
 // gitRemoteKey names the host of a git URL for the Gate: scheme, host and port; a URL that does

@@ -2,7 +2,6 @@ package source
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -54,9 +53,8 @@ type GitHub struct {
 	mu    sync.Mutex
 	etags map[string]etagEntry // "org/repo@ref|token-hash" → last answer
 
-	gateOnce sync.Once
-	ownGate  *Gate
-	share    shared // commits fetched recently, for the other Decofiles following them
+	ownGate Gate   // used when Gate is nil
+	share   shared // commits fetched recently, for the other Decofiles following them
 
 	once sync.Once
 	http *http.Client
@@ -68,12 +66,7 @@ type etagEntry struct{ etag, sha string }
 // the host is the platform's (every Decofile of a github source uses it), and what is slow to
 // serve is one repository's archive.
 func (g *GitHub) acquire(ctx context.Context, org, repo string) (func(), error) {
-	gate := gateOrDefault(g.Gate, &g.gateOnce, &g.ownGate)
-	release, err := gate.Acquire(ctx, "github/"+strings.ToLower(org+"/"+repo), "GitHub repository "+org+"/"+repo)
-	if errors.Is(err, ErrRemoteBusy) {
-		busyTotal.WithLabelValues("github").Inc()
-	}
-	return release, err
+	return orOwn(g.Gate, &g.ownGate).acquire(ctx, "github", "github/"+strings.ToLower(org+"/"+repo), "GitHub repository "+org+"/"+repo)
 }
 
 // maxETags bounds the ETag cache (one entry per repository, ref and token in use).

@@ -77,6 +77,7 @@ func (s *shared) fetch(kind, key string, download func() (Blocks, error)) (Block
 	} else {
 		fetchesTotal.WithLabelValues(kind, fetchShared).Inc()
 	}
+	// The map a caller gets is its own; the values are shared and never written to.
 	return maps.Clone(v.(Blocks)), nil
 }
 
@@ -140,8 +141,7 @@ func (s *shared) drop(key string, e sharedEntry) {
 	s.bytes -= e.size
 }
 
-// downloads is how many fetches went to a remote; the map a caller gets is its own, the
-// values are shared and never written to.
+// downloads is how many fetches went to a remote.
 func (s *shared) downloads() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
