@@ -99,7 +99,10 @@ func (s *Store) Key(df *decov1.Decofile) string { return df.S3ObjectKey(s.prefix
 func (s *Store) URL(df *decov1.Decofile) string { return s.webhook.ObjectURL(df) }
 
 // Describe names df's object as s3://bucket/key, for messages.
-func (s *Store) Describe(df *decov1.Decofile) string { return "s3://" + s.bucket + "/" + s.Key(df) }
+func (s *Store) Describe(df *decov1.Decofile) string { return s.describeKey(s.Key(df)) }
+
+// describeKey names the object at key as s3://bucket/key.
+func (s *Store) describeKey(key string) string { return "s3://" + s.bucket + "/" + key }
 
 // LastGoodSuffix ends the key of the copy of the last content every pod confirmed under
 // spec.rollout (see LastGoodKey).
@@ -156,12 +159,12 @@ func (s *Store) get(ctx context.Context, df *decov1.Decofile, key string, limit 
 	if err != nil {
 		var nsk *types.NoSuchKey
 		if errors.As(err, &nsk) {
-			return nil, fmt.Errorf("s3://%s/%s: %w", s.bucket, key, ErrNotFound)
+			return nil, fmt.Errorf("%s: %w", s.describeKey(key), ErrNotFound)
 		}
 		return nil, s.classify("download", df, err)
 	}
 	defer out.Body.Close()
-	name := "s3://" + s.bucket + "/" + key
+	name := s.describeKey(key)
 	var buf bytes.Buffer
 	if n := aws.ToInt64(out.ContentLength); n > 0 && n <= limit {
 		buf.Grow(int(n) + bytes.MinRead) // one allocation for the whole body
