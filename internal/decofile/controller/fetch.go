@@ -53,14 +53,9 @@ func (r *Reconciler) fetch(ctx context.Context, df *decov1.Decofile, intact bool
 		if err != nil {
 			return nil, "", false, err
 		}
-		if upToDate(sha) {
-			return nil, sha, true, nil
-		}
-		if r.isRejected(df, sha) || rolledBack(df, "", sha) {
-			return nil, sha, false, errRejected
-		}
-		blocks, err = r.opts.GitHub.Fetch(ctx, gh.Org, gh.Repo, sha, gh.Path, token)
-		return blocks, sha, false, err
+		return r.fetchCommit(df, sha, upToDate, func() (source.Blocks, error) {
+			return r.opts.GitHub.Fetch(ctx, gh.Org, gh.Repo, sha, gh.Path, token)
+		})
 	case decov1.SourceGit:
 		g := df.Spec.Git
 		if g == nil {
@@ -78,16 +73,24 @@ func (r *Reconciler) fetch(ctx context.Context, df *decov1.Decofile, intact bool
 		if err != nil {
 			return nil, "", false, err
 		}
-		if upToDate(sha) {
-			return nil, sha, true, nil
-		}
-		if r.isRejected(df, sha) || rolledBack(df, "", sha) {
-			return nil, sha, false, errRejected
-		}
-		blocks, err = r.opts.Git.Fetch(ctx, g.URL, ref, sha, g.Path, auth)
-		return blocks, sha, false, err
+		return r.fetchCommit(df, sha, upToDate, func() (source.Blocks, error) {
+			return r.opts.Git.Fetch(ctx, g.URL, ref, sha, g.Path, auth)
+		})
 	}
 	return nil, "", false, &source.Error{Reason: source.ReasonInvalidContent, Err: fmt.Errorf("unknown spec.source %q", df.Spec.Source)}
+}
+
+// fetchCommit ends a github or git retrieval once the ref resolved to sha: nothing is downloaded
+// when that commit is stored already (cached) or was rejected or rolled back.
+func (r *Reconciler) fetchCommit(df *decov1.Decofile, sha string, upToDate func(string) bool, download func() (source.Blocks, error)) (blocks source.Blocks, commit string, cached bool, err error) {
+	if upToDate(sha) {
+		return nil, sha, true, nil
+	}
+	if r.isRejected(df, sha) || rolledBack(df, "", sha) {
+		return nil, sha, false, errRejected
+	}
+	blocks, err = download()
+	return blocks, sha, false, err
 }
 
 func (r *Reconciler) isRejected(df *decov1.Decofile, sha string) bool {
