@@ -3,11 +3,11 @@ package testenv
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -91,8 +91,11 @@ func RequireNode(t testing.TB) {
 // archive is missing.
 func ImageArchive(t testing.TB, name string) string {
 	t.Helper()
-	_, self, _, _ := runtime.Caller(0)
-	p := filepath.Join(filepath.Dir(self), "..", "..", "bin", "images", name+".tar")
+	root, err := moduleRoot()
+	if err != nil {
+		t.Skipf("image archive %s.tar: %v", name, err)
+	}
+	p := filepath.Join(root, "bin", "images", name+".tar")
 	if _, err := os.Stat(p); err != nil {
 		t.Skipf("image archive %s missing: run `make image`", p)
 	}
@@ -232,5 +235,24 @@ func logTails(t testing.TB, dir string) {
 		}
 		f.Close()
 		t.Logf("%s (last lines, folder %s):\n%s", name, dir, strings.Join(lines, "\n"))
+	}
+}
+
+// moduleRoot is the folder of the go.mod above the working directory (a test runs in its
+// package's folder). Source paths cannot tell it: `make test` builds with -trimpath.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
 	}
 }
