@@ -21,6 +21,7 @@ import (
 // resolved commit is the one already stored for this generation and the ConfigMap is intact it
 // returns cached=true without downloading anything (seed flow 2: the SHA is the cache key).
 func (r *Reconciler) fetch(ctx context.Context, df *decov1.Decofile, intact bool) (blocks source.Blocks, commit string, cached bool, err error) {
+	ctx = source.WithTenant(ctx, df.Namespace) // one tenant's slow remotes hold few slots of a shared host
 	upToDate := func(sha string) bool {
 		return intact && sha == df.Status.GitHubCommit && df.Status.ObservedGeneration == df.Generation &&
 			meta.IsStatusConditionTrue(df.Status.Conditions, decov1.ConditionReady)

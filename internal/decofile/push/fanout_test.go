@@ -125,7 +125,7 @@ type proxiedRemote struct {
 	base    string // the proxy's http://host:port
 	work    string // a work tree pushing to the repository
 	name    string
-	held    atomic.Pointer[chan struct{}]
+	held    atomic.Pointer[holding]
 	delay   atomic.Int64 // nanoseconds every request waits before it is answered
 	waiting atomic.Int64 // requests held now
 	fetches atomic.Int64 // POST git-upload-pack: one per fetch of a commit
@@ -155,10 +155,10 @@ func newProxiedRemote(t testing.TB, name string) *proxiedRemote {
 			}
 			r.waiting.Add(-1)
 		}
-		if held := r.held.Load(); held != nil {
+		if held := r.held.Load(); held != nil && strings.HasPrefix(req.URL.Path, held.prefix) {
 			r.waiting.Add(1)
 			select {
-			case <-*held:
+			case <-held.until:
 			case <-req.Context().Done():
 			}
 			r.waiting.Add(-1)
@@ -174,12 +174,22 @@ func newProxiedRemote(t testing.TB, name string) *proxiedRemote {
 // URL is the repository's URL through the proxy.
 func (r *proxiedRemote) URL() string { return r.base + "/" + r.name + ".git" }
 
+// holding is a hold of a remote's requests whose path starts with prefix, until until closes.
+type holding struct {
+	prefix string
+	until  chan struct{}
+}
+
 // hold makes the remote stop answering until the returned release is called.
-func (r *proxiedRemote) hold() (release func()) {
-	ch := make(chan struct{})
-	r.held.Store(&ch)
+func (r *proxiedRemote) hold() (release func()) { return r.holdPath("/") }
+
+// holdPath makes the remote stop answering requests under path prefix (its other repositories
+// answer) until the returned release is called.
+func (r *proxiedRemote) holdPath(prefix string) (release func()) {
+	h := &holding{prefix: prefix, until: make(chan struct{})}
+	r.held.Store(h)
 	var once sync.Once
-	return func() { once.Do(func() { r.held.Store(nil); close(ch) }) }
+	return func() { once.Do(func() { r.held.Store(nil); close(h.until) }) }
 }
 
 // commit pushes a commit changing the block file to v, straight to the git remote.
@@ -300,7 +310,7 @@ func TestPushNotBlockedBySlowRemote(t *testing.T) {
 	const slowN, healthyN = 8, 20 // more Decofiles of the hanging remote than workers
 	e.follow(t, attacker.Client, attacker.Namespace, "slow", slow, slowN)
 	testenv.Eventually(t, fanoutWait, func() error {
-		if n := slow.waiting.Load(); n < 2 {
+		if n := slow.waiting.Load(); n < 1 {
 			return fmt.Errorf("%d requests held by the slow remote", n)
 		}
 		return nil
@@ -333,4 +343,51 @@ func TestPushNotBlockedBySlowRemote(t *testing.T) {
 	next := slow.commit(t, 2)
 	e.sendPush(t, slow, next)
 	e.waitAtCommit(t, attacker.Namespace, "slow", next, slowN, nil)
+}
+
+// A tenant points more Decofiles than there are workers at a repository path that never
+// answers, on the git host another tenant's site uses. The attacker's retrievals hold one of
+// the host's slots, not both, and the other tenant's Decofiles are delivered, after their
+// creation and after a push, while the attacker's requests are still held.
+func TestSlowRepositoryOnSharedHostAsTenant(t *testing.T) {
+	e := startFanout(t)
+	attacker, victim := e.c.Tenant(t, "fanoutshared", nil), e.c.Tenant(t, "fanoutvictim", nil)
+	shared := newProxiedRemote(t, "shared")
+	first := shared.commit(t, 1)
+	release := shared.holdPath("/tarpit.git/")
+	defer release()
+
+	const slowN, healthyN = 8, 10
+	for i := range slowN {
+		df := &decov1.Decofile{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("tarpit-%d", i), Namespace: attacker.Namespace, Labels: map[string]string{labelFanout: "tarpit"}},
+			Spec: decov1.DecofileSpec{Source: decov1.SourceGit, Interval: &metav1.Duration{Duration: time.Hour},
+				Git: &decov1.GitSource{URL: shared.base + "/tarpit.git", Ref: "main", Path: "blocks"}},
+		}
+		if err := attacker.Client.Create(context.Background(), df); err != nil {
+			t.Fatalf("tenant creates Decofile %s: %v", df.Name, err)
+		}
+	}
+	testenv.Eventually(t, fanoutWait, func() error {
+		if n := shared.waiting.Load(); n < 1 {
+			return fmt.Errorf("%d requests held by the tarpit path", n)
+		}
+		return nil
+	})
+	oneSlot := func() error {
+		if n := shared.waiting.Load(); n > 1 {
+			return fmt.Errorf("the attacker's Decofiles hold %d requests to the shared host at once, want at most 1", n)
+		}
+		if n := shared.waiting.Load(); n == 0 {
+			return fmt.Errorf("the tarpit path holds no request any more")
+		}
+		return nil
+	}
+	e.follow(t, victim.Client, victim.Namespace, "shared", shared, healthyN)
+	e.waitAtCommit(t, victim.Namespace, "shared", first, healthyN, oneSlot)
+	second := shared.commit(t, 2)
+	sent := time.Now()
+	e.sendPush(t, shared, second)
+	e.waitAtCommit(t, victim.Namespace, "shared", second, healthyN, oneSlot)
+	t.Logf("push to all %d Ready: %s, beside a tenant's tarpit path on the same host", healthyN, time.Since(sent).Round(time.Millisecond))
 }

@@ -3,6 +3,7 @@ package source
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -12,6 +13,13 @@ const (
 	// DefaultPerRemote is how many retrievals from one remote run at once: half of the delivery
 	// controller's default four workers, so a remote that hangs leaves the other half to the rest.
 	DefaultPerRemote = 2
+	// DefaultPerTenant is how many retrievals run at once for one tenant, whatever their
+	// remotes: half of the default workers, so one tenant's hanging remotes leave the other
+	// half to the rest.
+	DefaultPerTenant = 2
+	// perTenantRemote is how many retrievals from one remote run at once for one tenant, so one
+	// tenant's slow repositories on a remote that others use hold one of its slots.
+	perTenantRemote = 1
 	// DefaultSlowAfter is how long every slot of a remote may be held before further retrievals
 	// from it stop waiting for one.
 	DefaultSlowAfter = 2 * time.Second
@@ -27,28 +35,60 @@ var ErrRemoteBusy = errors.New("remote busy")
 // healthy: once every slot has been held for SlowAfter, or a retrieval that ended in the last
 // minute took that long, further retrievals fail at once with a transient error wrapping
 // ErrRemoteBusy (the workqueue retries them with backoff) and their worker moves on to other
-// Decofiles. The zero value uses the defaults.
+// Decofiles.
+//
+// A retrieval made for a tenant (WithTenant: the Decofile's namespace) is also bounded per
+// tenant: PerTenant at once in all, one at a time from each remote, and a tenant whose last
+// retrieval from a remote took SlowAfter or longer is slow there for a minute: its retrievals
+// may then hold at most PerRemote−1 of the remote's slots together with those of other slow
+// tenants, and never wait. So one tenant's slow repositories on a git host that many tenants
+// use leave the others a slot, and its hanging remotes leave the others workers. The zero value
+// uses the defaults.
 type Gate struct {
 	// PerRemote is the most retrievals from one remote at once; 0 means DefaultPerRemote.
 	PerRemote int
+	// PerTenant is the most retrievals at once for one tenant; 0 means DefaultPerTenant.
+	PerTenant int
 	// SlowAfter is how long every slot of a remote may be held before retrievals stop waiting
 	// for one; 0 means DefaultSlowAfter.
 	SlowAfter time.Duration
 
 	mu      sync.Mutex
 	remotes map[string]*remoteSlots
+	freed   chan struct{}    // closed (and replaced) when any slot is released
 	now     func() time.Time // for tests of the logic; nil means time.Now
 }
 
 // remoteSlots are the retrievals in flight to one remote.
 type remoteSlots struct {
-	started map[int64]time.Time // slot id → when its retrieval started
+	started map[int64]slot // slot id → its retrieval
 	next    int64
-	freed   chan struct{} // closed (and replaced) when a slot is released
-	// slowUntil: a retrieval that ended recently took SlowAfter or longer, so the remote is
-	// slow although the retrievals in flight are young (each one of a series of slow requests
-	// starts young).
-	slowUntil time.Time
+	// slowUntil, per tenant ("" for retrievals made for none): a retrieval of that tenant
+	// that ended recently took SlowAfter or longer, so the remote is slow for it although its
+	// retrievals in flight are young (each one of a series of slow requests starts young).
+	slowUntil map[string]time.Time
+}
+
+// slot is one retrieval in flight.
+type slot struct {
+	tenant  string
+	started time.Time
+	// suspect: its tenant was slow on the remote when it started.
+	suspect bool
+}
+
+// tenantKey is the context key of WithTenant.
+type tenantKey struct{}
+
+// WithTenant returns ctx for retrievals made for tenant (a namespace): the Gate bounds them per
+// tenant too.
+func WithTenant(ctx context.Context, tenant string) context.Context {
+	return context.WithValue(ctx, tenantKey{}, tenant)
+}
+
+func tenantOf(ctx context.Context) string {
+	t, _ := ctx.Value(tenantKey{}).(string)
+	return t
 }
 
 // slowMemory is how long a remote counts as slow after a retrieval took SlowAfter or longer,
@@ -63,6 +103,13 @@ func (g *Gate) limit() int {
 		return g.PerRemote
 	}
 	return DefaultPerRemote
+}
+
+func (g *Gate) perTenant() int {
+	if g.PerTenant > 0 {
+		return g.PerTenant
+	}
+	return DefaultPerTenant
 }
 
 func (g *Gate) slowAfter() time.Duration {
@@ -80,12 +127,14 @@ func (g *Gate) clock() time.Time {
 }
 
 // Acquire takes a slot of remote (a key naming it, such as scheme://host:port) for one
-// retrieval and returns its release. target names the remote in the error.
+// retrieval, made for the tenant of ctx (WithTenant), and returns its release. target names
+// the remote in the error.
 func (g *Gate) Acquire(ctx context.Context, remote, target string) (release func(), err error) {
+	tenant := tenantOf(ctx)
 	for {
 		g.mu.Lock()
 		if g.remotes == nil {
-			g.remotes = map[string]*remoteSlots{}
+			g.remotes, g.freed = map[string]*remoteSlots{}, make(chan struct{})
 		}
 		rs := g.remotes[remote]
 		now := g.clock()
@@ -93,34 +142,24 @@ func (g *Gate) Acquire(ctx context.Context, remote, target string) (release func
 			if len(g.remotes) >= maxIdleRemotes {
 				g.sweep(now)
 			}
-			rs = &remoteSlots{started: map[int64]time.Time{}, freed: make(chan struct{})}
+			rs = &remoteSlots{started: map[int64]slot{}, slowUntil: map[string]time.Time{}}
 			g.remotes[remote] = rs
 		}
-		if len(rs.started) < g.limit() {
+		wait, refusal := g.decide(rs, tenant, now)
+		if wait == 0 && refusal == "" {
 			id := rs.next
 			rs.next++
-			rs.started[id] = now
+			rs.started[id] = slot{tenant: tenant, started: now, suspect: rs.slowUntil[tenant].After(now)}
 			g.mu.Unlock()
 			var once sync.Once
 			return func() { once.Do(func() { g.release(remote, id) }) }, nil
 		}
-		// Full: wait while the youngest retrieval in flight is younger than SlowAfter and none
-		// that ended lately took that long, since a healthy remote frees a slot soon; otherwise
-		// the remote is slow and waiting would only hold this worker too.
-		var youngest time.Time
-		for _, s := range rs.started {
-			if s.After(youngest) {
-				youngest = s
-			}
-		}
-		wait := youngest.Add(g.slowAfter()).Sub(now)
-		freed := rs.freed
+		freed := g.freed
 		n := len(rs.started)
-		slow := wait <= 0 || rs.slowUntil.After(now)
 		g.mu.Unlock()
-		if slow {
-			return nil, errorf(ReasonUnavailable, true, "%s is slow to answer: %d retrievals from it are in flight and they take %s or more; "+
-				"not waiting for one to end, so the Decofiles of other remotes are served (retrying with backoff): %w", target, n, g.slowAfter(), ErrRemoteBusy)
+		if refusal != "" {
+			return nil, errorf(ReasonUnavailable, true, "%s is slow to answer: %s; "+
+				"not waiting for one to end, so other Decofiles are served (retrying with backoff): %w", target, refusal, ErrRemoteBusy)
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -134,6 +173,76 @@ func (g *Gate) Acquire(ctx context.Context, remote, target string) (release func
 	}
 }
 
+// tenantInFlight is how many retrievals of tenant are in flight from any remote, and when the
+// youngest of them started.
+func (g *Gate) tenantInFlight(tenant string) (n int, youngest time.Time) {
+	for _, rs := range g.remotes {
+		for _, s := range rs.started {
+			if s.tenant == tenant {
+				n++
+				if s.started.After(youngest) {
+					youngest = s.started
+				}
+			}
+		}
+	}
+	return n, youngest
+}
+
+// decide says whether a retrieval for tenant may take a slot of rs now (both zero), should
+// wait up to wait for one to be freed, or is refused (refusal says why).
+func (g *Gate) decide(rs *remoteSlots, tenant string, now time.Time) (wait time.Duration, refusal string) {
+	slowAfter := g.slowAfter()
+	slow := rs.slowUntil[tenant].After(now)
+	var mine, suspects int
+	var youngest, myYoungest time.Time
+	for _, s := range rs.started {
+		if s.started.After(youngest) {
+			youngest = s.started
+		}
+		if s.suspect {
+			suspects++
+		}
+		if tenant != "" && s.tenant == tenant {
+			mine++
+			if s.started.After(myYoungest) {
+				myYoungest = s.started
+			}
+		}
+	}
+	full := len(rs.started) >= g.limit()
+	if tenant != "" {
+		if mine >= perTenantRemote {
+			// The tenant's own slot of this remote is taken: wait only for a retrieval that
+			// answers in time.
+			if wait = myYoungest.Add(slowAfter).Sub(now); wait <= 0 || slow {
+				return 0, fmt.Sprintf("%d retrievals of this namespace from it are in flight and they take %s or more", mine, slowAfter)
+			}
+			return wait, ""
+		}
+		if all, since := g.tenantInFlight(tenant); all >= g.perTenant() {
+			if wait = since.Add(slowAfter).Sub(now); wait <= 0 {
+				return 0, fmt.Sprintf("this namespace has %d retrievals in flight, from any remote, and they take %s or more", all, slowAfter)
+			}
+			return wait, ""
+		}
+		if slow && (full || suspects >= g.limit()-1) {
+			// Slow retrievals leave one slot to the tenants whose retrievals answer in time.
+			return 0, fmt.Sprintf("retrievals of this namespace from it took %s or more lately, and slow retrievals hold the slots they may use", slowAfter)
+		}
+	}
+	if !full {
+		return 0, ""
+	}
+	// Full: wait while the youngest retrieval in flight is younger than SlowAfter and none
+	// that ended lately took that long, since a healthy remote frees a slot soon; otherwise the
+	// remote is slow and waiting would only hold this worker too.
+	if wait = youngest.Add(slowAfter).Sub(now); wait <= 0 || slow {
+		return 0, fmt.Sprintf("%d retrievals from it are in flight and they take %s or more", len(rs.started), slowAfter)
+	}
+	return wait, ""
+}
+
 func (g *Gate) release(remote string, id int64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -142,23 +251,42 @@ func (g *Gate) release(remote string, id int64) {
 		return
 	}
 	now := g.clock()
-	if now.Sub(rs.started[id]) >= g.slowAfter() {
-		rs.slowUntil = now.Add(slowMemory)
+	s := rs.started[id]
+	if now.Sub(s.started) >= g.slowAfter() {
+		rs.slowUntil[s.tenant] = now.Add(slowMemory)
 	} else {
-		rs.slowUntil = time.Time{}
+		delete(rs.slowUntil, s.tenant)
 	}
 	delete(rs.started, id)
-	close(rs.freed)
-	rs.freed = make(chan struct{})
-	if len(rs.started) == 0 && !rs.slowUntil.After(now) {
+	close(g.freed)
+	g.freed = make(chan struct{})
+	for t, until := range rs.slowUntil {
+		if !until.After(now) {
+			delete(rs.slowUntil, t)
+		}
+	}
+	if rs.idle(now) {
 		delete(g.remotes, remote) // bounded by the remotes in flight and those lately slow
 	}
+}
+
+// idle reports whether rs has nothing in flight and no tenant slow on it.
+func (rs *remoteSlots) idle(now time.Time) bool {
+	if len(rs.started) > 0 {
+		return false
+	}
+	for _, until := range rs.slowUntil {
+		if until.After(now) {
+			return false
+		}
+	}
+	return true
 }
 
 // sweep forgets the remotes with nothing in flight whose slowness is no longer remembered.
 func (g *Gate) sweep(now time.Time) {
 	for k, rs := range g.remotes {
-		if len(rs.started) == 0 && !rs.slowUntil.After(now) {
+		if rs.idle(now) {
 			delete(g.remotes, k)
 		}
 	}

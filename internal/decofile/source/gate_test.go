@@ -101,6 +101,70 @@ func TestGateRefusesOnlyASlowRemote(t *testing.T) {
 	}
 }
 
+// Retrievals for a tenant hold one slot of a remote at a time and two in all; a tenant whose
+// retrieval from a remote was slow may then hold only the slot slow retrievals share, so the
+// remote always has one for the tenants it answers in time.
+func TestGateKeepsASlotForOtherTenants(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	g := &Gate{PerRemote: 2, SlowAfter: time.Minute, now: clock}
+	ctx := context.Background()
+	a, b, c := WithTenant(ctx, "tenant-a"), WithTenant(ctx, "tenant-b"), WithTenant(ctx, "tenant-c")
+	busy := func(ctx context.Context, remote, why string) {
+		t.Helper()
+		start := time.Now()
+		_, err := g.Acquire(ctx, remote, "the remote")
+		if !errors.Is(err, ErrRemoteBusy) || !strings.Contains(err.Error(), why) {
+			t.Fatalf("err %v, want ErrRemoteBusy saying %q", err, why)
+		}
+		if waited := time.Since(start); waited > time.Second {
+			t.Fatalf("refused after %s, want at once", waited)
+		}
+	}
+	take := func(ctx context.Context, remote string) func() {
+		t.Helper()
+		release, err := g.Acquire(ctx, remote, "the remote")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return release
+	}
+
+	// Tenant a's first retrieval from the shared host turns slow: its next one from that host
+	// is refused, tenant b still gets the other slot.
+	a1 := take(a, "shared")
+	advance(time.Minute)
+	busy(a, "shared", "1 retrievals of this namespace from it are in flight")
+	take(b, "shared")()
+	// Two remotes at once at most for a tenant, whatever the remotes.
+	a2 := take(a, "elsewhere")
+	advance(time.Minute)
+	busy(a, "third", "this namespace has 2 retrievals in flight, from any remote")
+	a2()
+	c1 := take(c, "shared")
+	advance(time.Minute)
+	a1() // each took a minute or more: a and c are slow on the shared host
+	c1()
+
+	// Slow tenants share one slot: a takes it, c (slow too) is refused, b is served.
+	slowA := take(a, "shared")
+	busy(c, "shared", "slow retrievals hold the slots they may use")
+	b1 := take(b, "shared")
+	// The host is full now: a slow tenant does not wait for a slot.
+	busy(c, "shared", "slow retrievals hold the slots they may use")
+	b1()
+	slowA()
+	// a answered in time: no longer slow, and c's mark passes after a minute.
+	take(a, "shared")()
+	advance(2 * time.Minute)
+	take(c, "shared")()
+	if n := g.InFlight("shared"); n != 0 {
+		t.Fatalf("%d in flight after every release", n)
+	}
+}
+
 // Content fetched with one credential is never handed to a Decofile fetching with another or
 // none: a private repository's blocks, downloaded for a Decofile with the right credentials, are
 // not what an unauthenticated fetch of the same commit gets, while a second fetch with the same
