@@ -242,6 +242,22 @@ func (r *Reconciler) rollout(ctx context.Context, df *decov1alpha1.Decofile, has
 	log = log.WithValues("rollout", id, "contentHash", hash)
 	ctx = logf.IntoContext(ctx, log)
 
+	resuming := df.Status.Rollout != nil && df.Status.Rollout.FailedHash == hash
+	var pods []corev1.Pod
+	var view *podView
+	if !resuming {
+		var err error
+		if pods, view, err = listPods(ctx, r.reader, df, podListMaxAge(r.notifier.Config().Backoff)); err != nil {
+			log.Info("could not list pods; will retry", "error", err.Error())
+			return r.opts.RetryBase
+		}
+		if len(pods) == 0 && df.Spec.Rollout == nil {
+			// No pod to tell: the content is neither loaded nor sent, and the start and the
+			// result are one status patch.
+			startedAt := metav1.Now()
+			return r.succeeded(ctx, df, hash, id, notify.Result{}, startedAt, beginRollout(id, 0, &startedAt))
+		}
+	}
 	if r.opts.Protocol == notify.ProtocolPush {
 		// The push body is held until the rollout ends, however long its pods take.
 		release, err := r.memory.acquire(ctx, df.Namespace, ContentLimit(df, r.opts.MaxContentBytes), func() {
@@ -256,7 +272,7 @@ func (r *Reconciler) rollout(ctx context.Context, df *decov1alpha1.Decofile, has
 		}
 		defer release()
 	}
-	if ro := df.Status.Rollout; ro != nil && ro.FailedHash == hash {
+	if resuming {
 		// A rollback of this version did not end: finish it.
 		return r.resumeRollback(ctx, df, hash, id)
 	}
@@ -280,11 +296,6 @@ func (r *Reconciler) rollout(ctx context.Context, df *decov1alpha1.Decofile, has
 	if err != nil {
 		return r.fail(ctx, df, id, hash, nil, decov1alpha1.ReasonNotificationFailed, err.Error(), start)
 	}
-	pods, err := selectPods(ctx, r.reader, df)
-	if err != nil {
-		log.Info("could not list pods; will retry", "error", err.Error())
-		return r.opts.RetryBase
-	}
 
 	// PodsNotified=Unknown for this version before the first pod hears of it. Without pods no
 	// pod hears of it: the start is written together with the result, in one status patch.
@@ -304,7 +315,7 @@ func (r *Reconciler) rollout(ctx context.Context, df *decov1alpha1.Decofile, has
 	}
 	ro := notify.Rollout{
 		ID: id, Protocol: r.opts.Protocol, Timestamp: content.Timestamp, Token: token,
-		Pods: targets, Refresh: refresher(r.reader, df.Namespace),
+		Pods: targets, Refresh: view.refresh,
 	}
 	if len(pods) > 0 {
 		ro.Progress = func(p notify.Progress) { r.recordProgress(ctx, key, id, p) }
@@ -338,6 +349,14 @@ func (r *Reconciler) rollout(ctx context.Context, df *decov1alpha1.Decofile, has
 		return r.fail(ctx, df, id, hash, &res, decov1alpha1.ReasonNotificationFailed, failureReason(res, r.notifier.Config().Timeout), start)
 	}
 
+	return r.succeeded(ctx, df, hash, id, res, startedAt, begin)
+}
+
+// succeeded records that every pod confirmed hash (res), together with the start of the rollout
+// when begin (not written yet) is set.
+func (r *Reconciler) succeeded(ctx context.Context, df *decov1alpha1.Decofile, hash, id string, res notify.Result, startedAt metav1.Time, begin func(*decov1alpha1.Decofile) bool) time.Duration {
+	log := logf.FromContext(ctx)
+	key := client.ObjectKeyFromObject(df)
 	rolloutsTotal.WithLabelValues("succeeded").Inc()
 	finished := metav1.Now()
 	if err := r.patchStatus(ctx, key, then(begin, func(d *decov1alpha1.Decofile) bool {
@@ -350,8 +369,10 @@ func (r *Reconciler) rollout(ctx context.Context, df *decov1alpha1.Decofile, has
 		return r.opts.RetryBase
 	}
 	r.forget(key.String())
-	r.recorder.Eventf(df, nil, corev1.EventTypeNormal, "RolloutSucceeded", "Notify",
-		"Notified %d of %d pods for %s in %s (%d skipped)", res.Notified, res.Total, id, res.Duration.Round(time.Millisecond), res.Skipped)
+	if res.Total > 0 {
+		r.recorder.Eventf(df, nil, corev1.EventTypeNormal, "RolloutSucceeded", "Notify",
+			"Notified %d of %d pods for %s in %s (%d skipped)", res.Notified, res.Total, id, res.Duration.Round(time.Millisecond), res.Skipped)
+	}
 	log.Info("rollout succeeded", "notified", res.Notified, "skipped", res.Skipped, "duration", res.Duration)
 	return 0
 }

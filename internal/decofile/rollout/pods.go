@@ -8,9 +8,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
@@ -148,16 +149,63 @@ func mountPath(p *corev1.Pod, c *corev1.Container) string {
 	return decov1alpha1.DefaultMountPath
 }
 
-// refresher re-reads each pod from the API server (not a cache) just before it is notified.
-func refresher(r client.Reader, namespace string) notify.Refresher {
-	return func(ctx context.Context, name string) (notify.Pod, error) {
-		var p corev1.Pod
-		if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &p); err != nil {
-			if apierrors.IsNotFound(err) {
-				return notify.Pod{Name: name, SkipReason: "pod no longer exists"}, nil
-			}
+// podListMaxAge is how old a listing of a Decofile's pods may be when a pod is notified from
+// it: half a second, and less than the notifier's backoff, so a pod tried again is always looked
+// at anew. A pod's IP goes to another pod only after the pod was marked for deletion, its
+// containers stopped and a new sandbox was made: far longer than this.
+func podListMaxAge(backoff time.Duration) time.Duration {
+	return min(500*time.Millisecond, backoff/2)
+}
+
+// podView is a Decofile's pods as listed at most maxAge ago. A rollout looks each pod up
+// in it just before notifying it: a rollout to 1000 pods lists them a few times instead of
+// reading each from the API server.
+type podView struct {
+	reader client.Reader
+	df     *decov1alpha1.Decofile
+	maxAge time.Duration
+	now    func() time.Time
+
+	mu     sync.Mutex
+	listed time.Time
+	byName map[string]*corev1.Pod
+}
+
+// listPods lists df's pods (selectPods) and returns them with a view that starts from this
+// listing.
+func listPods(ctx context.Context, r client.Reader, df *decov1alpha1.Decofile, maxAge time.Duration) ([]corev1.Pod, *podView, error) {
+	v := &podView{reader: r, df: df, maxAge: maxAge, now: time.Now}
+	pods, err := v.list(ctx)
+	return pods, v, err
+}
+
+func (v *podView) list(ctx context.Context) ([]corev1.Pod, error) {
+	pods, err := selectPods(ctx, v.reader, v.df)
+	if err != nil {
+		return nil, err
+	}
+	v.byName = make(map[string]*corev1.Pod, len(pods))
+	for i := range pods {
+		v.byName[pods[i].Name] = &pods[i]
+	}
+	v.listed = v.now()
+	return pods, nil
+}
+
+// refresh is the view's notify.Refresher: the pod as last listed, listed again first when the
+// listing is older than maxAge. One worker lists while the others wait for its answer.
+// A pod that is gone, or no longer labelled for the Decofile, is skipped.
+func (v *podView) refresh(ctx context.Context, name string) (notify.Pod, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.now().Sub(v.listed) > v.maxAge {
+		if _, err := v.list(ctx); err != nil {
 			return notify.Pod{Name: name}, err
 		}
-		return Target(&p), nil
 	}
+	p, ok := v.byName[name]
+	if !ok {
+		return notify.Pod{Name: name, SkipReason: "pod no longer exists or no longer belongs to the Decofile"}, nil
+	}
+	return Target(p), nil
 }

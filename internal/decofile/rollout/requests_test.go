@@ -3,11 +3,13 @@ package rollout_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 
 	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/decofile/encode"
+	"github.com/siteops/siteops/internal/decofile/notify"
 	"github.com/siteops/siteops/internal/decofile/rollout"
 	"github.com/siteops/siteops/internal/testenv"
 )
@@ -38,10 +41,11 @@ type wireRequest struct {
 
 func (w *wire) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-		if !strings.Contains(req.URL.Path, "/decofiles/") {
-			return rt.RoundTrip(req)
+		method := req.Method
+		if method == http.MethodGet && req.URL.Query().Get("watch") == "true" {
+			method = "WATCH"
 		}
-		r := &wireRequest{method: req.Method, path: req.URL.Path}
+		r := &wireRequest{method: method, path: req.URL.Path}
 		w.mu.Lock()
 		w.reqs = append(w.reqs, r)
 		w.mu.Unlock()
@@ -148,6 +152,12 @@ func TestRolloutWithoutPodsPatchesOnce(t *testing.T) {
 		if n := len(w.find(http.MethodGet, self)); n != 0 {
 			t.Errorf("rollout %d: the Decofile was read from the API server %d times; the cache has what a status write needs", i+1, n)
 		}
+		// No pod needs the content or the token: neither is read.
+		for _, name := range []string{"/configmaps/" + df.ConfigMapName(), "/secrets/" + df.ReloadSecretName()} {
+			if n := len(w.find(http.MethodGet, name)); n != 0 {
+				t.Errorf("rollout %d: %s read %d times for a rollout without pods", i+1, name, n)
+			}
+		}
 
 		if got.Status.NotifiedHash != encode.Hash(content) {
 			t.Errorf("rollout %d: notifiedHash %q, want %q", i+1, got.Status.NotifiedHash, encode.Hash(content))
@@ -167,5 +177,58 @@ func TestRolloutWithoutPodsPatchesOnce(t *testing.T) {
 	var d decov1alpha1.Decofile
 	if err := e.c.Client.Get(ctx, client.ObjectKeyFromObject(df), &d); err != nil || len(d.Spec.Inline.Value["pages/home"].Raw) < len(big) {
 		t.Errorf("the tenant's inline content is not whole in the Decofile (%v)", err)
+	}
+}
+
+// TestRolloutListsPodsInsteadOfReadingEach: a rollout looks its pods up in a listing at most
+// half a second old instead of reading each pod from the API server before it is notified; a pod
+// tried again after the backoff is looked at anew, so one deleted after its first attempt is
+// skipped, not sent the content again.
+func TestRolloutListsPodsInsteadOfReadingEach(t *testing.T) {
+	var w wire
+	e := newEnvsOn(t, 1, w.wrap, rollout.Options{Notify: notify.Config{Backoff: 1500 * time.Millisecond}})[0]
+	df := e.decofile("many", false)
+	var pods []*sitePod
+	for i := range 20 {
+		pods = append(pods, e.sitePod(fmt.Sprintf("many-%02d", i), podOpts{labels: labelled(df)}))
+	}
+	// The last pod fails its first attempt and is deleted before it answers.
+	var answered atomic.Int32
+	gone := e.sitePod("many-gone", podOpts{labels: labelled(df), wrap: func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
+			if answered.Add(1) == 1 {
+				pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "many-gone", Namespace: e.ns}}
+				if err := e.c.Client.Delete(req.Context(), pod, client.GracePeriodSeconds(0)); err != nil {
+					t.Errorf("delete pod many-gone: %v", err)
+				}
+				http.Error(rw, "restarting", http.StatusServiceUnavailable)
+				return
+			}
+			h.ServeHTTP(rw, req)
+		})
+	}})
+
+	commit := "7373737373737373737373737373737373737373"
+	content := []byte(`{"pages/home":{"title":"many"}}`)
+	e.store(df, content, commit, 1731900000, false)
+	got := e.podsNotified(df, metav1.ConditionTrue, "Successfully notified all pods for commit:"+commit, 20*time.Second)
+
+	for _, p := range pods {
+		if p.rt.Current().Hash != encode.Hash(content) {
+			t.Errorf("%s does not serve the new content", p.pod.Name)
+		}
+	}
+	if n := answered.Load(); n != 1 || gone.rt.Reloads() != 0 {
+		t.Errorf("the pod deleted after its first attempt was tried %d times and reloaded %d times; want 1 and 0", n, gone.rt.Reloads())
+	}
+	if ro := got.Status.Rollout; ro == nil || ro.Total != 21 || ro.Notified != 20 || ro.Skipped != 1 || ro.Failed != 0 {
+		t.Errorf("rollout summary %+v, want 21 pods: 20 notified, 1 skipped", ro)
+	}
+	if n := len(w.find(http.MethodGet, "/pods/many-00")); n != 0 {
+		t.Errorf("pod many-00 was read %d times from the API server; the listing has it", n)
+	}
+	// Two selectors, listed when the rollout starts and once more for the retry.
+	if n := len(w.find(http.MethodGet, "/namespaces/"+e.ns+"/pods")); n > 4 {
+		t.Errorf("the pods were listed %d times for one rollout, want at most 4", n)
 	}
 }

@@ -118,7 +118,8 @@ func (r *Reconciler) rollBack(ctx context.Context, df *decov1alpha1.Decofile, ha
 	var res notify.Result
 	if err == nil {
 		var pods []corev1.Pod
-		if pods, err = selectPods(ctx, r.reader, fresh); err == nil {
+		var view *podView
+		if pods, view, err = listPods(ctx, r.reader, fresh, podListMaxAge(r.notifier.Config().Backoff)); err == nil {
 			var targets []notify.Pod
 			for i := range pods {
 				if restore(&pods[i]) {
@@ -126,7 +127,7 @@ func (r *Reconciler) rollBack(ctx context.Context, df *decov1alpha1.Decofile, ha
 				}
 			}
 			ro := notify.Rollout{ID: "rollback of " + id, Protocol: r.opts.Protocol, Timestamp: ts, Token: token,
-				Pods: targets, Refresh: refresher(r.reader, fresh.Namespace)}
+				Pods: targets, Refresh: view.refresh}
 			if r.opts.Protocol == notify.ProtocolPush {
 				ro.Body = notify.PushBody(ts, good)
 			}
