@@ -104,6 +104,9 @@ type Reconciler struct {
 	// rejected remembers, per Decofile, the commit whose content failed for good at a
 	// generation, so polling does not download and report the same bad commit again.
 	rejected sync.Map // types.NamespacedName → rejectedCommit
+	// written remembers, per Decofile, the resourceVersion of this controller's last status
+	// write until the manager's cache has it (see read).
+	written sync.Map // types.NamespacedName → string
 	// kinds remembers the workload kinds the API server does not serve.
 	kinds missingKinds
 }
@@ -200,12 +203,10 @@ type outcome struct {
 // Reconcile brings one Decofile's ConfigMap and status up to date.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	log := logf.FromContext(ctx)
-	// Read from the API server, not the cache: right after this controller's own ConfigMap and
-	// status writes the cache may still hold the previous status, and deciding on it would
-	// rewrite the ConfigMap with a needless new timestamp.
 	var df decov1.Decofile
-	if err := r.reader.Get(ctx, req.NamespacedName, &df); err != nil {
+	if err := r.read(ctx, req.NamespacedName, &df); err != nil {
 		if apierrors.IsNotFound(err) {
+			r.written.Delete(req.NamespacedName)
 			rawBytes.DeleteLabelValues(req.Namespace, req.Name)
 			storedBytes.DeleteLabelValues(req.Namespace, req.Name)
 			return ctrl.Result{}, nil

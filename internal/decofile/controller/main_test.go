@@ -14,6 +14,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -73,7 +74,10 @@ func start(t *testing.T) *env {
 		// The cache as the siteops-manager has it: Decofiles without their inline content.
 		co := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
 		controller.CacheOptions(&co)
-		mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
+		// The manager's reads of single Decofiles are recorded (decofileReads).
+		cfg := rest.CopyConfig(c.Config)
+		cfg.Wrap(decofileReads.wrap)
+		mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 			Scheme:     c.Scheme,
 			Cache:      co,
 			Metrics:    metricsserver.Options{BindAddress: "0"},

@@ -2,6 +2,9 @@ package controller_test
 
 import (
 	"context"
+	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -93,5 +96,70 @@ func TestReconcileRequestedAtAsTenant(t *testing.T) {
 	}
 	if df.Status.GitHubCommit != sha2 {
 		t.Fatalf("status names commit %s, want the stored %s", df.Status.GitHubCommit, sha2)
+	}
+}
+
+// decofileReads records the package manager's GET requests of single Decofiles: path and
+// resourceVersion parameter.
+var decofileReads readLog
+
+type readLog struct {
+	mu    sync.Mutex
+	reads []decofileRead
+}
+
+type decofileRead struct{ path, resourceVersion string }
+
+func (l *readLog) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if req.Method == http.MethodGet && strings.Contains(req.URL.Path, "/decofiles/") && req.URL.Query().Get("watch") == "" {
+			l.mu.Lock()
+			l.reads = append(l.reads, decofileRead{path: req.URL.Path, resourceVersion: req.URL.Query().Get("resourceVersion")})
+			l.mu.Unlock()
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+// of returns the reads of the Decofile ns/name so far.
+func (l *readLog) of(ns, name string) []decofileRead {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []decofileRead
+	for _, r := range l.reads {
+		if strings.HasSuffix(r.path, "/namespaces/"+ns+"/decofiles/"+name) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// A reconcile reads the whole Decofile from the API server's watch cache (a resourceVersion
+// given), not from etcd, and, right after its own status write, does not decide on an older
+// copy: a second requested reconcile leaves the stored content and its timestamp alone.
+func TestDecofileReadFromWatchCache(t *testing.T) {
+	e := start(t)
+	tenant := e.c.Tenant(t, "watchread", nil)
+	ns := tenant.Namespace
+	df := &decov1.Decofile{ObjectMeta: metav1.ObjectMeta{Name: "site", Namespace: ns},
+		Spec: decov1.DecofileSpec{Source: decov1.SourceInline, Inline: inline(map[string]string{"pages/home": `{"title":"home"}`})}}
+	if err := tenant.Client.Create(context.Background(), df); err != nil {
+		t.Fatal(err)
+	}
+	first := e.waitReady(t, ns, "site", metav1.ConditionTrue, decov1.ReasonSucceeded, nil)
+	for range 2 {
+		e.handled(t, ns, "site", requestReconcile(t, tenant.Client, ns, "site"))
+	}
+	reads := decofileReads.of(ns, "site")
+	if len(reads) < 3 {
+		t.Fatalf("%d reads of the Decofile for 3 reconciles", len(reads))
+	}
+	for _, r := range reads {
+		if r.resourceVersion == "" {
+			t.Errorf("the Decofile was read from etcd (no resourceVersion): %+v of %+v", r, reads)
+		}
+	}
+	if got := e.get(t, ns, "site"); got.Status.Timestamp != first.Status.Timestamp || got.Status.StoredHash != first.Status.StoredHash {
+		t.Errorf("a requested reconcile rewrote the content: timestamp %d → %d", first.Status.Timestamp, got.Status.Timestamp)
 	}
 }

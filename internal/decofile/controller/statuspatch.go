@@ -5,9 +5,11 @@ import (
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -60,9 +62,41 @@ func (r *Reconciler) patchStatus(ctx context.Context, df *decov1.Decofile, next 
 		first = false
 		want := cur.Status.DeepCopy()
 		apply(want, next)
-		_, err := PatchStatus(ctx, r.client, cur, &cur.Status, want)
+		rv, err := PatchStatus(ctx, r.client, cur, &cur.Status, want)
+		if rv != "" {
+			r.written.Store(key, rv)
+		}
 		return err
 	})
+}
+
+// read gets the whole Decofile, its inline content too (which the manager's cache does not
+// keep), from the API server's watch cache at a resourceVersion no older than the manager's
+// cache and this controller's last status write: an answer from the watch cache costs the API
+// server a fraction of a read from etcd, and an answer older than that write would make the
+// controller rewrite the ConfigMap with a needless new timestamp. When there is no such
+// resourceVersion, or the watch cache cannot answer, it reads from etcd.
+func (r *Reconciler) read(ctx context.Context, key types.NamespacedName, df *decov1.Decofile) error {
+	var rv string
+	var cached decov1.Decofile
+	if err := r.client.Get(ctx, key, &cached); err == nil {
+		rv = cached.ResourceVersion
+	}
+	if w, ok := r.written.Load(key); ok {
+		written := w.(string)
+		if newer, err := resourceversion.CompareResourceVersion(written, rv); err == nil && newer <= 0 {
+			r.written.CompareAndDelete(key, w) // the cache has the write
+		} else {
+			rv = written
+		}
+	}
+	if rv != "" {
+		err := r.reader.Get(ctx, key, df, &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: rv}})
+		if err == nil || apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return r.reader.Get(ctx, key, df)
 }
 
 // apply copies the fields this controller owns from next into s.
