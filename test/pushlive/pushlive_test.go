@@ -3,6 +3,10 @@ package pushlive
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -37,6 +41,34 @@ type site struct {
 	ns   string
 	work string // clone of the repository the pushes are made from
 	df   *decov1.Decofile
+	// events holds when each push event reached the manager's receiver.
+	events *eventClock
+}
+
+// eventClock forwards push events to the manager's receiver and notes when each arrived.
+type eventClock struct {
+	mu      sync.Mutex
+	arrived []time.Time
+}
+
+func (c *eventClock) forward(target *url.URL) http.Handler {
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.mu.Lock()
+		c.arrived = append(c.arrived, time.Now())
+		c.mu.Unlock()
+		proxy.ServeHTTP(w, r)
+	})
+}
+
+// last is when the latest push event arrived.
+func (c *eventClock) last() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.arrived) == 0 {
+		return time.Time{}
+	}
+	return c.arrived[len(c.arrived)-1]
 }
 
 // startSite starts the manager's Decofile part at its default settings, with the push receiver
@@ -61,8 +93,13 @@ func startSite(t testing.TB, files map[string][]byte, pods []simpods.Pod) *site 
 		t.Fatal(err)
 	}
 	receiver := testenv.FreeLoopbackAddr(t)
+	// The events pass through a clock on loopback: the time of a push runs from when its event
+	// arrived, a moment before the receiver has it.
+	s.events = &eventClock{}
+	clock := httptest.NewServer(s.events.forward(&url.URL{Scheme: "http", Host: receiver}))
+	t.Cleanup(clock.Close)
 	git := testenv.GitRemote(t, servers.GitRemoteOptions{})
-	git.AnnouncePushes("http://"+receiver+push.Path, secret)
+	git.AnnouncePushes(clock.URL+push.Path, secret)
 	url, err := git.CreateRepo("site", "main")
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +137,7 @@ func startSite(t testing.TB, files map[string][]byte, pods []simpods.Pod) *site 
 	if err := cl.Create(context.Background(), s.df); err != nil {
 		t.Fatal(err)
 	}
-	s.waitConfirmed(t, first, 5*time.Minute)
+	s.waitConfirmed(t, first, time.Time{}, 5*time.Minute)
 	return s
 }
 
@@ -122,10 +159,12 @@ func (s *site) commitAndPush(t testing.TB, msg string) string {
 
 // waitConfirmed waits until every pod confirmed commit (PodsNotified=True for it), polling every
 // 10 ms, and returns how long it took until the commit was stored (status.githubCommit) and until
-// every pod confirmed it.
-func (s *site) waitConfirmed(t testing.TB, commit string, timeout time.Duration) (stored, confirmed time.Duration) {
+// every pod confirmed it, counted from start (zero: from now).
+func (s *site) waitConfirmed(t testing.TB, commit string, start time.Time, timeout time.Duration) (stored, confirmed time.Duration) {
 	t.Helper()
-	start := time.Now()
+	if start.IsZero() {
+		start = time.Now()
+	}
 	want := "Successfully notified all pods for commit:" + commit
 	var last string
 	for time.Since(start) < timeout {
@@ -205,8 +244,13 @@ func TestPushReachesEveryPod(t *testing.T) {
 	files := sample.Generate(sample.Options{Seed: 1, Blocks: 20, TargetBytes: 40 << 10})
 	s := startSite(t, files, pods)
 	for v := range 3 {
+		before := s.events.last()
 		commit := s.edit(t, v)
-		_, took := s.waitConfirmed(t, commit, time.Minute)
-		t.Logf("push %d: all %d pods confirmed %s after the push", v, len(pods), took.Round(time.Millisecond))
+		received := s.events.last()
+		if !received.After(before) {
+			t.Fatalf("push %d: no push event reached the manager", v)
+		}
+		_, took := s.waitConfirmed(t, commit, received, time.Minute)
+		t.Logf("push %d: all %d pods confirmed %s after the push event", v, len(pods), took.Round(time.Millisecond))
 	}
 }

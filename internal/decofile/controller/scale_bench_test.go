@@ -7,8 +7,10 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -90,6 +92,7 @@ func BenchmarkColdStart(b *testing.B) {
 		start := time.Now()
 		serverCPU, selfCPU := childrenCPU(), processCPU("self")
 		stop := testenv.StartManager(b, mgr)
+		stopProfiles := profileColdStart(b, cfg)
 		ready := 0
 		for ready < scaleDecofiles {
 			if time.Since(start) > 10*time.Minute {
@@ -104,6 +107,7 @@ func BenchmarkColdStart(b *testing.B) {
 		}
 		coldStart := time.Since(start)
 		serverCPU, selfCPU = childrenCPU()-serverCPU, processCPU("self")-selfCPU
+		stopProfiles()
 		b.StopTimer()
 
 		// At rest: the queue drained (nothing changes for a few seconds), then a full GC.
@@ -127,6 +131,52 @@ func BenchmarkColdStart(b *testing.B) {
 		b.Logf("API requests of the manager by verb and resource: %s", byKind)
 		stop()
 		b.StartTimer()
+	}
+}
+
+// profileColdStart writes CPU profiles of the cold start when SITEOPS_SCALE_PROFILE names a
+// folder: the API server's (its /debug/pprof, the first 30 s) and this process's, the manager's,
+// until the returned stop is called. Read them with `go tool pprof -top <file>`.
+func profileColdStart(b *testing.B, cfg *rest.Config) (stop func()) {
+	dir := os.Getenv("SITEOPS_SCALE_PROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	self, err := os.Create(filepath.Join(dir, "manager.pprof"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(self); err != nil {
+		b.Fatal(err)
+	}
+	server := make(chan error, 1)
+	go func() {
+		hc, err := rest.HTTPClientFor(cfg)
+		if err != nil {
+			server <- err
+			return
+		}
+		resp, err := hc.Get(strings.TrimSuffix(cfg.Host, "/") + "/debug/pprof/profile?seconds=30")
+		if err != nil {
+			server <- err
+			return
+		}
+		defer resp.Body.Close()
+		raw, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("API server profile: HTTP %d", resp.StatusCode)
+		}
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, "apiserver.pprof"), raw, 0o644)
+		}
+		server <- err
+	}()
+	return func() {
+		pprof.StopCPUProfile()
+		_ = self.Close()
+		if err := <-server; err != nil {
+			b.Logf("API server profile: %v", err)
+		}
 	}
 }
 
