@@ -32,8 +32,8 @@ var ErrRemoteBusy = errors.New("remote busy")
 // Gate bounds the retrievals in flight per remote, so a remote that answers slowly or not at
 // all cannot hold every worker of the delivery controller while the Decofiles of healthy
 // remotes wait. A retrieval waits for a slot of its remote only while that remote looks
-// healthy: once every slot has been held for SlowAfter, or a retrieval that ended in the last
-// minute took that long, further retrievals fail at once with a transient error wrapping
+// healthy: once every slot has been held for SlowAfter, or a retrieval for the same tenant that
+// ended in the last minute took that long, further retrievals fail at once with a transient error wrapping
 // ErrRemoteBusy (the workqueue retries them with backoff) and their worker moves on to other
 // Decofiles.
 //

@@ -19,14 +19,20 @@ import (
 	"github.com/siteops/siteops/internal/testenv"
 )
 
+// fakeClock is a clock for a Gate's logic that moves only when advance is called.
+func fakeClock() (clock func() time.Time, advance func(time.Duration)) {
+	now := time.Unix(1_700_000_000, 0)
+	var mu sync.Mutex
+	clock = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance = func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	return clock, advance
+}
+
 // A full remote is waited for while its retrievals are young, and refused at once, with a
 // transient error, once every slot has been held for SlowAfter; other remotes are unaffected
 // and a released slot is taken again.
 func TestGateRefusesOnlyASlowRemote(t *testing.T) {
-	now := time.Unix(1_700_000_000, 0)
-	var mu sync.Mutex
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	clock, advance := fakeClock()
 	g := &Gate{PerRemote: 2, SlowAfter: time.Hour, now: clock}
 	ctx := context.Background()
 	r1, err := g.Acquire(ctx, "slow", "slow remote")
@@ -105,10 +111,7 @@ func TestGateRefusesOnlyASlowRemote(t *testing.T) {
 // retrieval from a remote was slow may then hold only the slot slow retrievals share, so the
 // remote always has one for the tenants it answers in time.
 func TestGateKeepsASlotForOtherTenants(t *testing.T) {
-	now := time.Unix(1_700_000_000, 0)
-	var mu sync.Mutex
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	clock, advance := fakeClock()
 	g := &Gate{PerRemote: 2, SlowAfter: time.Minute, now: clock}
 	ctx := context.Background()
 	a, b, c := WithTenant(ctx, "tenant-a"), WithTenant(ctx, "tenant-b"), WithTenant(ctx, "tenant-c")
