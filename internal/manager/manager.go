@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -53,6 +54,9 @@ var LegacyParts = map[string]string{
 type Options struct {
 	// MetricsAddr serves Prometheus metrics; "0" disables it.
 	MetricsAddr string
+	// SecondInProcess lets this manager's controllers have the names another manager of the
+	// same process already uses: for tests and benchmarks that start one manager after another.
+	SecondInProcess bool
 	// ProbeAddr serves /healthz and /readyz.
 	ProbeAddr string
 	// LeaderElect makes only one replica run controllers at a time.
@@ -221,6 +225,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		RenewDeadline:                 durationOrNil(o.RenewDeadline),
 		RetryPeriod:                   durationOrNil(o.RetryPeriod),
 		WebhookServer:                 webhook.NewServer(webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.WebhookCertDir}),
+		Controller:                    config.Controller{SkipNameValidation: &o.SecondInProcess},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create manager: %w", err)

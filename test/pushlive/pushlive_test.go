@@ -115,6 +115,7 @@ func startSite(t testing.TB, files map[string][]byte, pods []simpods.Pod) *site 
 	o := manager.DefaultOptions()
 	o.Controllers = []string{manager.PartDecofile}
 	o.MetricsAddr, o.ProbeAddr, o.LeaderElect = "0", "0", false
+	o.SecondInProcess = true // the benchmark starts a manager per case
 	o.Decofile.DisableInjection = true
 	o.Decofile.Push.BindAddress, o.Decofile.Push.SecretFile = receiver, secretFile
 	// The git remote serves plain HTTP on loopback: exactly its host and port are allowed, as a
