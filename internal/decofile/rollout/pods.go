@@ -164,7 +164,6 @@ type podView struct {
 	reader client.Reader
 	df     *decov1alpha1.Decofile
 	maxAge time.Duration
-	now    func() time.Time
 
 	mu     sync.Mutex
 	listed time.Time
@@ -174,7 +173,7 @@ type podView struct {
 // listPods lists df's pods (selectPods) and returns them with a view that starts from this
 // listing.
 func listPods(ctx context.Context, r client.Reader, df *decov1alpha1.Decofile, maxAge time.Duration) ([]corev1.Pod, *podView, error) {
-	v := &podView{reader: r, df: df, maxAge: maxAge, now: time.Now}
+	v := &podView{reader: r, df: df, maxAge: maxAge}
 	pods, err := v.list(ctx)
 	return pods, v, err
 }
@@ -188,7 +187,7 @@ func (v *podView) list(ctx context.Context) ([]corev1.Pod, error) {
 	for i := range pods {
 		v.byName[pods[i].Name] = &pods[i]
 	}
-	v.listed = v.now()
+	v.listed = time.Now()
 	return pods, nil
 }
 
@@ -198,7 +197,7 @@ func (v *podView) list(ctx context.Context) ([]corev1.Pod, error) {
 func (v *podView) refresh(ctx context.Context, name string) (notify.Pod, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.now().Sub(v.listed) > v.maxAge {
+	if time.Since(v.listed) > v.maxAge {
 		if _, err := v.list(ctx); err != nil {
 			return notify.Pod{Name: name}, err
 		}
