@@ -17,7 +17,8 @@ const annotationLastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 // copy of it client-side `kubectl apply` leaves in an annotation, or managedFields. An inline
 // Decofile can hold megabytes, and the cache would hold every one of the cluster's. The delivery
 // controller reads the Decofile it delivers from the API server; nothing else reads the content.
-// A cached Decofile must therefore never be written back whole (Update): only patched.
+// A cached Decofile must therefore never be written back whole: status writes send the status
+// alone (StatusWriter).
 func TrimDecofile(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *decov1.Decofile:

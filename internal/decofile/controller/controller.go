@@ -98,6 +98,7 @@ type Options struct {
 type Reconciler struct {
 	client   client.Client // writes
 	reader   client.Reader // uncached reads: fresh Decofiles; ConfigMaps and Secrets are not cached in full
+	status   *StatusWriter
 	recorder events.EventRecorder
 	opts     Options
 	now      func() time.Time
@@ -146,9 +147,14 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if o.MaxConcurrentReconciles <= 0 {
 		o.MaxConcurrentReconciles = 4
 	}
+	status, err := NewStatusWriter(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return err
+	}
 	r := &Reconciler{
 		client:   mgr.GetClient(),
 		reader:   mgr.GetAPIReader(),
+		status:   status,
 		recorder: mgr.GetEventRecorder("siteops-decofile"),
 		opts:     o,
 		now:      time.Now,

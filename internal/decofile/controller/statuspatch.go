@@ -2,49 +2,96 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 )
 
-// PatchStatus changes the status of df, as read at its resourceVersion, from old to next, and
-// returns the resourceVersion the API server gave the result; nothing is sent ("" returned) when
-// they are equal. The merge patch is computed from the two statuses alone and
-// carries df's resourceVersion, so a status written since makes it fail with a Conflict (read
-// again and retry), and the API server answers with the metadata only: the spec may hold
-// megabytes of inline content, which would otherwise be encoded, diffed and sent back each time.
-// Both the delivery and the rollout controller write the status this way.
-func PatchStatus(ctx context.Context, c client.StatusClient, df metav1.Object, old, next *decov1.DecofileStatus) (string, error) {
+// StatusWriter writes Decofile statuses. Both the delivery and the rollout controller write
+// through it. Create it with NewStatusWriter.
+type StatusWriter struct {
+	rest rest.Interface
+}
+
+// NewStatusWriter returns a StatusWriter sending its requests with cfg through httpClient (the
+// manager's: mgr.GetConfig(), mgr.GetHTTPClient()), or a client of its own when that is nil.
+func NewStatusWriter(cfg *rest.Config, httpClient *http.Client) (*StatusWriter, error) {
+	c := rest.CopyConfig(cfg)
+	if httpClient == nil {
+		var err error
+		if httpClient, err = rest.HTTPClientFor(c); err != nil {
+			return nil, fmt.Errorf("make the client writing Decofile statuses: %w", err)
+		}
+	}
+	c.GroupVersion = &decov1.GroupVersion
+	c.APIPath = "/apis"
+	c.ContentType = runtime.ContentTypeJSON
+	c.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+	rc, err := rest.RESTClientForConfigAndClient(c, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("make the client writing Decofile statuses: %w", err)
+	}
+	return &StatusWriter{rest: rc}, nil
+}
+
+// metadataOnly asks the API server to answer with the object's metadata alone.
+const metadataOnly = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+
+// statusBody is what a status update sends: no spec. The API server takes everything but the
+// status from the stored object, and the spec may hold megabytes of inline content.
+type statusBody struct {
+	metav1.TypeMeta `json:",inline"`
+	Metadata        metav1.ObjectMeta      `json:"metadata"`
+	Status          *decov1.DecofileStatus `json:"status"`
+}
+
+// Write replaces the status of df, as read at its resourceVersion, old, with next, and returns
+// the resourceVersion the API server gave the result; nothing is sent ("" returned) when they are
+// equal. The update carries df's resourceVersion, so a status written since makes it fail with a
+// Conflict (read again and retry). It sends no spec and asks for the metadata alone in return:
+// a merge patch would make the API server encode, patch and decode the whole object, inline
+// content included, and send it back.
+func (w *StatusWriter) Write(ctx context.Context, df metav1.Object, old, next *decov1.DecofileStatus) (string, error) {
 	if equality.Semantic.DeepEqual(old, next) {
 		return "", nil
 	}
-	om := metav1.ObjectMeta{Namespace: df.GetNamespace(), Name: df.GetName(), ResourceVersion: df.GetResourceVersion()}
-	from := &decov1.Decofile{ObjectMeta: om, Status: *old}
-	to := &decov1.Decofile{ObjectMeta: om, Status: *next}
-	data, err := client.MergeFromWithOptions(from, client.MergeFromWithOptimisticLock{}).Data(to)
+	body, err := json.Marshal(statusBody{
+		TypeMeta: metav1.TypeMeta{APIVersion: decov1.GroupVersion.String(), Kind: "Decofile"},
+		Metadata: metav1.ObjectMeta{Namespace: df.GetNamespace(), Name: df.GetName(), ResourceVersion: df.GetResourceVersion()},
+		Status:   next,
+	})
 	if err != nil {
-		return "", fmt.Errorf("compute the status patch of Decofile %s/%s: %w", om.Namespace, om.Name, err)
+		return "", fmt.Errorf("encode the status of Decofile %s/%s: %w", df.GetNamespace(), df.GetName(), err)
 	}
-	obj := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: om.Namespace, Name: om.Name}}
-	obj.SetGroupVersionKind(decov1.GroupVersion.WithKind("Decofile"))
-	if err := c.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, data)); err != nil {
+	raw, err := w.rest.Put().Namespace(df.GetNamespace()).Resource("decofiles").Name(df.GetName()).SubResource("status").
+		SetHeader("Accept", metadataOnly).Body(body).Do(ctx).Raw()
+	if err != nil {
 		return "", err
 	}
-	return obj.ResourceVersion, nil
+	var written metav1.PartialObjectMetadata
+	if err := json.Unmarshal(raw, &written); err != nil {
+		return "", fmt.Errorf("read the answer to the status update of Decofile %s/%s: %w", df.GetNamespace(), df.GetName(), err)
+	}
+	return written.ResourceVersion, nil
 }
 
-// patchStatus writes next as the Decofile's status unless nothing changed. It patches with an
-// optimistic lock and only the fields this controller owns, so the rollout controller's
-// notifiedHash, rollout and PodsNotified condition are never overwritten; see PatchStatus.
+// patchStatus writes next as the Decofile's status unless nothing changed. It changes only the
+// fields this controller owns, under an optimistic lock, so the rollout controller's
+// notifiedHash, rollout and PodsNotified condition are never overwritten; see StatusWriter.
 func (r *Reconciler) patchStatus(ctx context.Context, df *decov1.Decofile, next *decov1.DecofileStatus) error {
 	if statusEqual(&df.Status, next) {
 		return nil
@@ -62,7 +109,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, df *decov1.Decofile, next 
 		first = false
 		want := cur.Status.DeepCopy()
 		apply(want, next)
-		rv, err := PatchStatus(ctx, r.client, cur, &cur.Status, want)
+		rv, err := r.status.Write(ctx, cur, &cur.Status, want)
 		if rv != "" {
 			r.written.Store(key, rv)
 		}

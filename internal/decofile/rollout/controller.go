@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	decofilecontroller "github.com/siteops/siteops/internal/decofile/controller"
 	"github.com/siteops/siteops/internal/decofile/notify"
 )
 
@@ -71,6 +72,7 @@ type Options struct {
 type Reconciler struct {
 	client   client.Client
 	reader   client.Reader
+	status   *decofilecontroller.StatusWriter
 	recorder events.EventRecorder
 	notifier *notify.Notifier
 	opts     Options
@@ -135,9 +137,14 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		loaders[t] = l
 	}
 	o.Loaders = loaders
+	status, err := decofilecontroller.NewStatusWriter(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return err
+	}
 	r := &Reconciler{
 		client:      mgr.GetClient(),
 		reader:      reader,
+		status:      status,
 		recorder:    mgr.GetEventRecorder("siteops-rollout"),
 		notifier:    notify.New(o.Notify),
 		checkClient: notify.NewClient(),
@@ -253,7 +260,7 @@ func (r *Reconciler) rollout(ctx context.Context, df *decov1alpha1.Decofile, has
 		}
 		if len(pods) == 0 && df.Spec.Rollout == nil {
 			// No pod to tell: the content is neither loaded nor sent, and the start and the
-			// result are one status patch.
+			// result are one status write.
 			startedAt := metav1.Now()
 			return r.succeeded(ctx, df, hash, id, notify.Result{}, startedAt, beginRollout(id, 0, &startedAt))
 		}
@@ -298,7 +305,7 @@ func (r *Reconciler) rollout(ctx context.Context, df *decov1alpha1.Decofile, has
 	}
 
 	// PodsNotified=Unknown for this version before the first pod hears of it. Without pods no
-	// pod hears of it: the start is written together with the result, in one status patch.
+	// pod hears of it: the start is written together with the result, in one status write.
 	startedAt := metav1.NewTime(start)
 	begin := beginRollout(id, len(pods), &startedAt)
 	if len(pods) > 0 {

@@ -99,12 +99,12 @@ func (b *countedBody) Close() error {
 	return b.ReadCloser.Close()
 }
 
-// TestRolloutWithoutPodsPatchesOnce: the rollout of a Decofile no pod reads (a tenant's 300 KB
-// inline Decofile) is recorded, start and result, in one status patch, computed from the
-// manager's cache: the Decofile is not read from the API server, and the answer to the patch
+// TestRolloutWithoutPodsWritesStatusOnce: the rollout of a Decofile no pod reads (a tenant's 300 KB
+// inline Decofile) is recorded, start and result, in one status write, computed from the
+// manager's cache: the Decofile is not read from the API server, and the answer to the write
 // carries its metadata only, not the content the tenant wrote. The status ends as a start
 // followed by a result would leave it.
-func TestRolloutWithoutPodsPatchesOnce(t *testing.T) {
+func TestRolloutWithoutPodsWritesStatusOnce(t *testing.T) {
 	var w wire
 	e := newEnvsOn(t, 1, w.wrap, rollout.Options{})[0]
 	tn := e.c.TenantIn(t, e.ns)
@@ -127,26 +127,26 @@ func TestRolloutWithoutPodsPatchesOnce(t *testing.T) {
 	for i, commit := range []string{"5151515151515151515151515151515151515151", "6262626262626262626262626262626262626262"} {
 		content := []byte(`{"pages/home":"` + big[:1000] + `","version":` + strconv.Itoa(i) + `}`)
 		before := time.Now().Truncate(time.Second)
-		patched := len(w.find(http.MethodPatch, self+"/status"))
+		patched := len(w.find(http.MethodPut, self+"/status"))
 		e.store(df, content, commit, 1731800000+int64(i), false)
 		got := e.podsNotified(df, metav1.ConditionTrue, "Successfully notified all pods for commit:"+commit, 20*time.Second)
 
 		var patches []wireRequest
 		testenv.Eventually(t, 10*time.Second, func() error {
-			patches = w.find(http.MethodPatch, self+"/status")[patched:]
+			patches = w.find(http.MethodPut, self+"/status")[patched:]
 			for _, p := range patches {
 				if !p.answered {
-					return errors.New("the answer to the status patch is not read yet")
+					return errors.New("the answer to the status write is not read yet")
 				}
 			}
 			return nil
 		})
 		if len(patches) != 1 {
-			t.Errorf("rollout %d: %d status patches without pods, want 1", i+1, len(patches))
+			t.Errorf("rollout %d: %d status writes without pods, want 1", i+1, len(patches))
 		}
 		for _, p := range patches {
 			if p.answerBytes > 8<<10 {
-				t.Errorf("rollout %d: the answer to a status patch is %d bytes: more than the metadata", i+1, p.answerBytes)
+				t.Errorf("rollout %d: the answer to a status write is %d bytes: more than the metadata", i+1, p.answerBytes)
 			}
 		}
 		if n := len(w.find(http.MethodGet, self)); n != 0 {

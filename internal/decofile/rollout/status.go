@@ -12,7 +12,6 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
-	decofilecontroller "github.com/siteops/siteops/internal/decofile/controller"
 	"github.com/siteops/siteops/internal/decofile/notify"
 )
 
@@ -72,8 +71,8 @@ func setCondition(d *decov1alpha1.Decofile, status metav1.ConditionStatus, reaso
 	})
 }
 
-// patchStatus applies mutate to the current Decofile and patches its status with an optimistic
-// lock (decofilecontroller.PatchStatus), retrying on conflict: the delivery controller writes other
+// patchStatus applies mutate to the current Decofile and writes its status under an optimistic
+// lock (decofilecontroller.StatusWriter), retrying on conflict: the delivery controller writes other
 // status fields of the same object. Nothing is written when mutate reports no change or the
 // status ends as it was. The Decofile is read from the manager's cache, which holds it without
 // its inline content: a status write needs no more, and a read of the whole object from the API
@@ -91,7 +90,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, key client.ObjectKey, muta
 		if !mutate(d) {
 			return nil
 		}
-		rv, err := decofilecontroller.PatchStatus(ctx, r.client, d, old, &d.Status)
+		rv, err := r.status.Write(ctx, d, old, &d.Status)
 		if err != nil {
 			return fmt.Errorf("patch status of Decofile %s: %w", key, err)
 		}

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	decofilecontroller "github.com/siteops/siteops/internal/decofile/controller"
 	"github.com/siteops/siteops/internal/decofile/notify"
 	"github.com/siteops/siteops/internal/testenv"
 )
@@ -71,7 +72,11 @@ func statusPatchEnv(t *testing.T) (*Reconciler, *laggingCache, *countingReader, 
 	}
 	cache := &laggingCache{Client: c.Client, frozen: df.DeepCopy()}
 	reader := &countingReader{Reader: c.Client}
-	return &Reconciler{client: cache, reader: reader}, cache, reader, df
+	status, err := decofilecontroller.NewStatusWriter(c.Config, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Reconciler{client: cache, reader: reader, status: status}, cache, reader, df
 }
 
 // TestPatchStatusReadsAgainOnConflict: a status patch computed from a cache that has not seen the
