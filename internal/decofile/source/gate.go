@@ -23,6 +23,12 @@ const (
 	// DefaultSlowAfter is how long every slot of a remote may be held before further retrievals
 	// from it stop waiting for one.
 	DefaultSlowAfter = 2 * time.Second
+	// DefaultHangAfter is how long a retrieval may take before its tenant counts as hanging
+	// (see Gate): far longer than any repository of a site takes to download.
+	DefaultHangAfter = 15 * time.Second
+	// hangingSlots is how many retrievals of hanging tenants run at once, all remotes and
+	// tenants together.
+	hangingSlots = 1
 )
 
 // ErrRemoteBusy is wrapped by the error of a retrieval that did not start because its remote
@@ -42,8 +48,13 @@ var ErrRemoteBusy = errors.New("remote busy")
 // retrieval from a remote took SlowAfter or longer is slow there for a minute: its retrievals
 // may then hold at most PerRemote−1 of the remote's slots together with those of other slow
 // tenants, and never wait. So one tenant's slow repositories on a git host that many tenants
-// use leave the others a slot, and its hanging remotes leave the others workers. The zero value
-// uses the defaults.
+// use leave the others a slot, and its hanging remotes leave the others workers.
+//
+// A tenant whose retrieval from any remote took HangAfter or longer is hanging for ten minutes,
+// on every remote: the retrievals of all hanging tenants together hold one slot at a time, and
+// never wait. So tenants whose remotes hang (or their own hosts trickle bytes until the timeout)
+// hold the delivery workers for one timeout, not again and again. The zero value uses the
+// defaults.
 type Gate struct {
 	// PerRemote is the most retrievals from one remote at once; 0 means DefaultPerRemote.
 	PerRemote int
@@ -52,9 +63,14 @@ type Gate struct {
 	// SlowAfter is how long every slot of a remote may be held before retrievals stop waiting
 	// for one; 0 means DefaultSlowAfter.
 	SlowAfter time.Duration
+	// HangAfter is how long a retrieval may take before its tenant counts as hanging; 0 means
+	// DefaultHangAfter.
+	HangAfter time.Duration
 
 	mu      sync.Mutex
 	remotes map[string]*remoteSlots
+	// hangingUntil, per tenant: a retrieval of the tenant took HangAfter or longer.
+	hangingUntil map[string]time.Time
 	freed   chan struct{}    // closed (and replaced) when any slot is released
 	now     func() time.Time // for tests of the logic; nil means time.Now
 }
@@ -75,6 +91,8 @@ type slot struct {
 	started time.Time
 	// suspect: its tenant was slow on the remote when it started.
 	suspect bool
+	// hanging: its tenant was hanging when it started.
+	hanging bool
 }
 
 // tenantKey is the context key of WithTenant.
@@ -95,7 +113,11 @@ func tenantOf(ctx context.Context) string {
 // unless one ends in less first.
 const slowMemory = time.Minute
 
-// maxIdleRemotes bounds the remotes remembered as slow with nothing in flight.
+// hangMemory is how long a tenant counts as hanging after a retrieval took HangAfter or longer.
+const hangMemory = 10 * time.Minute
+
+// maxIdleRemotes bounds the remotes remembered as slow with nothing in flight, and the tenants
+// remembered as hanging.
 const maxIdleRemotes = 1024
 
 func (g *Gate) limit() int {
@@ -119,6 +141,13 @@ func (g *Gate) slowAfter() time.Duration {
 	return DefaultSlowAfter
 }
 
+func (g *Gate) hangAfter() time.Duration {
+	if g.HangAfter > 0 {
+		return g.HangAfter
+	}
+	return DefaultHangAfter
+}
+
 func (g *Gate) clock() time.Time {
 	if g.now != nil {
 		return g.now()
@@ -135,6 +164,7 @@ func (g *Gate) Acquire(ctx context.Context, remote, target string) (release func
 		g.mu.Lock()
 		if g.remotes == nil {
 			g.remotes, g.freed = map[string]*remoteSlots{}, make(chan struct{})
+			g.hangingUntil = map[string]time.Time{}
 		}
 		rs := g.remotes[remote]
 		now := g.clock()
@@ -149,7 +179,7 @@ func (g *Gate) Acquire(ctx context.Context, remote, target string) (release func
 		if wait == 0 && refusal == "" {
 			id := rs.next
 			rs.next++
-			rs.started[id] = slot{tenant: tenant, started: now, suspect: rs.slowUntil[tenant].After(now)}
+			rs.started[id] = slot{tenant: tenant, started: now, suspect: rs.slowUntil[tenant].After(now), hanging: g.hanging(tenant, now)}
 			g.mu.Unlock()
 			var once sync.Once
 			return func() { once.Do(func() { g.release(remote, id) }) }, nil
@@ -189,9 +219,30 @@ func (g *Gate) tenantInFlight(tenant string) (n int, youngest time.Time) {
 	return n, youngest
 }
 
+// hanging reports whether a retrieval of tenant took HangAfter or longer lately.
+func (g *Gate) hanging(tenant string, now time.Time) bool {
+	return tenant != "" && g.hangingUntil[tenant].After(now)
+}
+
+// hangingInFlight is how many retrievals of hanging tenants are in flight, from any remote.
+func (g *Gate) hangingInFlight() int {
+	n := 0
+	for _, rs := range g.remotes {
+		for _, s := range rs.started {
+			if s.hanging {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // decide says whether a retrieval for tenant may take a slot of rs now (both zero), should
 // wait up to wait for one to be freed, or is refused (refusal says why).
 func (g *Gate) decide(rs *remoteSlots, tenant string, now time.Time) (wait time.Duration, refusal string) {
+	if g.hanging(tenant, now) && g.hangingInFlight() >= hangingSlots {
+		return 0, fmt.Sprintf("a retrieval of this namespace took %s or more lately, and the slot such namespaces share is taken", g.hangAfter())
+	}
 	slowAfter := g.slowAfter()
 	slow := rs.slowUntil[tenant].After(now)
 	var mine, suspects int
@@ -252,6 +303,9 @@ func (g *Gate) release(remote string, id int64) {
 	}
 	now := g.clock()
 	s := rs.started[id]
+	if s.tenant != "" && now.Sub(s.started) >= g.hangAfter() {
+		g.hangingUntil[s.tenant] = now.Add(hangMemory)
+	}
 	if now.Sub(s.started) >= g.slowAfter() {
 		rs.slowUntil[s.tenant] = now.Add(slowMemory)
 	} else {
@@ -260,6 +314,13 @@ func (g *Gate) release(remote string, id int64) {
 	delete(rs.started, id)
 	close(g.freed)
 	g.freed = make(chan struct{})
+	if len(g.hangingUntil) > maxIdleRemotes {
+		for t, until := range g.hangingUntil {
+			if !until.After(now) {
+				delete(g.hangingUntil, t)
+			}
+		}
+	}
 	for t, until := range rs.slowUntil {
 		if !until.After(now) {
 			delete(rs.slowUntil, t)

@@ -112,7 +112,7 @@ func TestGateRefusesOnlyASlowRemote(t *testing.T) {
 // remote always has one for the tenants it answers in time.
 func TestGateKeepsASlotForOtherTenants(t *testing.T) {
 	clock, advance := fakeClock()
-	g := &Gate{PerRemote: 2, SlowAfter: time.Minute, now: clock}
+	g := &Gate{PerRemote: 2, SlowAfter: time.Minute, HangAfter: time.Hour, now: clock}
 	ctx := context.Background()
 	a, b, c := WithTenant(ctx, "tenant-a"), WithTenant(ctx, "tenant-b"), WithTenant(ctx, "tenant-c")
 	busy := func(ctx context.Context, remote, why string) {
@@ -166,6 +166,65 @@ func TestGateKeepsASlotForOtherTenants(t *testing.T) {
 	if n := g.InFlight("shared"); n != 0 {
 		t.Fatalf("%d in flight after every release", n)
 	}
+}
+
+// Tenants whose retrievals hung (took HangAfter, as a timeout does) share one slot on all
+// remotes together, fresh remotes included, and never wait for it; a tenant whose retrievals
+// were only slow is not held to it, nor is one that never hung; the mark passes after ten
+// minutes.
+func TestGateBoundsHangingTenantsTogether(t *testing.T) {
+	clock, advance := fakeClock()
+	g := &Gate{PerRemote: 2, SlowAfter: time.Second, HangAfter: time.Minute, now: clock}
+	ctx := context.Background()
+	a, b, c := WithTenant(ctx, "tenant-a"), WithTenant(ctx, "tenant-b"), WithTenant(ctx, "tenant-c")
+	take := func(ctx context.Context, remote string) func() {
+		t.Helper()
+		release, err := g.Acquire(ctx, remote, "the remote")
+		if err != nil {
+			t.Fatalf("%s: %v", remote, err)
+		}
+		return release
+	}
+	busy := func(ctx context.Context, remote string) {
+		t.Helper()
+		_, err := g.Acquire(ctx, remote, "the remote")
+		if !errors.Is(err, ErrRemoteBusy) || !strings.Contains(err.Error(), "the slot such namespaces share is taken") {
+			t.Fatalf("%s: %v, want ErrRemoteBusy for a hanging namespace", remote, err)
+		}
+	}
+
+	// Two namespaces hold four retrievals from their own hosts until they time out.
+	held := []func(){take(a, "a-1"), take(a, "a-2"), take(b, "b-1"), take(b, "b-2")}
+	advance(time.Minute)
+	for _, release := range held {
+		release()
+	}
+	// From now on they hold one slot together, whatever host they name.
+	hung := take(a, "a-3")
+	busy(a, "a-4")
+	busy(b, "b-3")
+	busy(b, "shared")
+	// Others are served meanwhile.
+	c1, c2 := take(c, "shared"), take(c, "c-1")
+	c1()
+	c2()
+	hung()
+	take(b, "b-3")()
+
+	// Slow, not hanging: held to nothing more than before.
+	s1, s2 := take(c, "c-1"), take(c, "c-2")
+	advance(5 * time.Second)
+	s1()
+	s2()
+	x, y := take(c, "c-3"), take(c, "c-4")
+	x()
+	y()
+
+	// Ten minutes on, a is no longer held to the shared slot.
+	advance(10 * time.Minute)
+	a1, a2 := take(a, "a-5"), take(a, "a-6")
+	a1()
+	a2()
 }
 
 // Content fetched with one credential is never handed to a Decofile fetching with another or
