@@ -100,6 +100,10 @@ type DeliveryOptions struct {
 	GitHubAppPrivateKeyFile string
 	// SourceTimeout bounds each network operation of a source (resolve, download).
 	SourceTimeout time.Duration
+	// SourcePerRemote, SourcePerNamespace, SourceSlowAfter and SourceHangAfter bound the
+	// retrievals in flight, for git and GitHub sources together (see source.Gate).
+	SourcePerRemote, SourcePerNamespace int
+	SourceSlowAfter, SourceHangAfter    time.Duration
 	// SourceAllowedSchemes are the URL schemes sources may use (https and ssh by default).
 	SourceAllowedSchemes []string
 	// SourceAllowedHosts are hosts, host:port pairs and CIDRs sources may reach even when private.
@@ -162,6 +166,10 @@ func (o *Options) bindDeliveryFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&d.GitHubAppID, "github-app-id", d.GitHubAppID, "ID of the operator's GitHub App; its installation tokens, each scoped to one repository, are used like GITHUB_TOKEN (same --github-token-orgs and grants) and before it")
 	fs.StringVar(&d.GitHubAppPrivateKeyFile, "github-app-private-key-file", d.GitHubAppPrivateKeyFile, "PEM private key of the GitHub App named by --github-app-id (mount it from a Secret)")
 	fs.DurationVar(&d.SourceTimeout, "source-timeout", orDefault(d.SourceTimeout, source.DefaultTimeout), "time one network operation of a Decofile source (resolving a ref, downloading content) may take")
+	fs.IntVar(&d.SourcePerRemote, "source-per-remote", orDefault(d.SourcePerRemote, source.DefaultPerRemote), "retrievals from one git host or GitHub repository at once")
+	fs.IntVar(&d.SourcePerNamespace, "source-per-namespace", orDefault(d.SourcePerNamespace, source.DefaultPerTenant), "retrievals for one namespace at once, from any remote (keep it below --decofile-concurrency)")
+	fs.DurationVar(&d.SourceSlowAfter, "source-slow-after", orDefault(d.SourceSlowAfter, source.DefaultSlowAfter), "how long a retrieval may take before its remote counts as slow for its namespace (slow retrievals share one slot of the remote and never wait)")
+	fs.DurationVar(&d.SourceHangAfter, "source-hang-after", orDefault(d.SourceHangAfter, source.DefaultHangAfter), "how long a retrieval may take before its namespace counts as hanging for ten minutes (hanging namespaces share one slot on all remotes)")
 	fs.StringSliceVar(&d.SourceAllowedSchemes, "source-allowed-schemes", orDefaultSlice(d.SourceAllowedSchemes, egress.DefaultSchemes), "URL schemes Decofile sources may use (https, ssh, http, file)")
 	fs.StringSliceVar(&d.SourceAllowedHosts, "source-allowed-hosts", d.SourceAllowedHosts, "hosts, host:port pairs, IPs and CIDRs Decofile sources may reach even when loopback, link-local or private")
 	fs.BoolVar(&d.SourceAllowPrivateNetworks, "source-allow-private-networks", d.SourceAllowPrivateNetworks, "let Decofile sources reach private networks (RFC 1918, fc00::/7, 100.64.0.0/10); loopback and link-local stay refused")
@@ -227,6 +235,9 @@ func (o *Options) Validate() error {
 	if d.SourceTimeout < 0 {
 		errs = append(errs, errors.New("--source-timeout must not be negative"))
 	}
+	if d.SourcePerRemote < 0 || d.SourcePerNamespace < 0 || d.SourceSlowAfter < 0 || d.SourceHangAfter < 0 {
+		errs = append(errs, errors.New("--source-per-remote, --source-per-namespace, --source-slow-after and --source-hang-after must not be negative"))
+	}
 	if p := o.Push; p.Enabled() {
 		if _, err := p.secret(); err != nil {
 			errs = append(errs, err)
@@ -261,9 +272,11 @@ func (d DeliveryOptions) controllerOptions() (controller.Options, error) {
 		}
 		tokens.App = &source.GitHubApp{ID: d.GitHubAppID, Key: key, APIURL: d.GitHubAPIURL, Egress: policy, Timeout: d.SourceTimeout}
 	}
+	gate := &source.Gate{PerRemote: d.SourcePerRemote, PerTenant: d.SourcePerNamespace,
+		SlowAfter: d.SourceSlowAfter, HangAfter: d.SourceHangAfter}
 	return controller.Options{
-		GitHub:                  &source.GitHub{APIURL: d.GitHubAPIURL, ArchiveURL: d.GitHubArchiveURL, Limits: d.Limits, Egress: policy, Timeout: d.SourceTimeout},
-		Git:                     &source.Git{Limits: d.Limits, Egress: policy, Timeout: d.SourceTimeout},
+		GitHub:                  &source.GitHub{APIURL: d.GitHubAPIURL, ArchiveURL: d.GitHubArchiveURL, Limits: d.Limits, Egress: policy, Timeout: d.SourceTimeout, Gate: gate},
+		Git:                     &source.Git{Limits: d.Limits, Egress: policy, Timeout: d.SourceTimeout, Gate: gate},
 		Tokens:                  tokens,
 		Encode:                  encode.Options{Threshold: d.CompressionThreshold},
 		MaxConcurrentReconciles: d.Concurrency,

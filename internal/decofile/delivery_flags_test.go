@@ -23,7 +23,8 @@ func TestDeliveryFlags(t *testing.T) {
 	err := fs.Parse([]string{"--github-api-url=http://127.0.0.1:1/api", "--github-archive-url=http://127.0.0.1:1/zip",
 		"--github-token-orgs=acme,Other", "--compression-threshold=1000", "--decofile-max-files=5", "--decofile-max-content-bytes=99",
 		"--github-token-grants=shop=other/shop,agency=acme/*", "--source-timeout=7s", "--source-allowed-schemes=https,http",
-		"--source-allowed-hosts=git.internal,10.0.0.0/8", "--source-allow-private-networks"})
+		"--source-allowed-hosts=git.internal,10.0.0.0/8", "--source-allow-private-networks",
+		"--source-per-remote=3", "--source-per-namespace=1", "--source-slow-after=5s", "--source-hang-after=20s"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,6 +41,10 @@ func TestDeliveryFlags(t *testing.T) {
 	}
 	if c.Git.Timeout != 7*time.Second || c.GitHub.Timeout != 7*time.Second || c.Git.Egress == nil || c.Git.Egress != c.GitHub.Egress {
 		t.Fatalf("source timeout and URL policy not passed: %+v %+v", c.Git, c.GitHub)
+	}
+	// One gate for both kinds: a namespace's bound counts its git and GitHub retrievals together.
+	if g := c.Git.Gate; g == nil || g != c.GitHub.Gate || g.PerRemote != 3 || g.PerTenant != 1 || g.SlowAfter != 5*time.Second || g.HangAfter != 20*time.Second {
+		t.Fatalf("retrieval bounds not passed, or not shared: %+v %+v", c.Git.Gate, c.GitHub.Gate)
 	}
 	if !c.Git.Egress.AllowsScheme("http") || c.Git.Egress.AllowsScheme("ssh") || c.Git.Egress.CheckAddr("git.internal", netip.MustParseAddr("127.0.0.1"), "80") != nil ||
 		c.Git.Egress.CheckAddr("x", netip.MustParseAddr("192.168.1.1"), "80") != nil || c.Git.Egress.CheckAddr("x", netip.MustParseAddr("127.0.0.1"), "80") == nil {
@@ -58,7 +63,7 @@ func TestDeliveryFlags(t *testing.T) {
 	if tok, _, _ := c.Tokens.Choose(ctx, "agency", "acme", "x", ""); tok != "from-env" {
 		t.Fatalf("org/* grant: %q", tok)
 	}
-	for _, bad := range [][]string{{"--source-allowed-schemes=gopher"}, {"--source-allowed-hosts=a/b/c"}, {"--github-token-grants=noslash"}} {
+	for _, bad := range [][]string{{"--source-allowed-schemes=gopher"}, {"--source-allowed-hosts=a/b/c"}, {"--github-token-grants=noslash"}, {"--source-hang-after=-1s"}} {
 		var o2 Options
 		fs2 := pflag.NewFlagSet("t", pflag.ContinueOnError)
 		o2.BindFlags(fs2)
@@ -72,7 +77,8 @@ func TestDeliveryFlags(t *testing.T) {
 	var d Options
 	d.BindFlags(pflag.NewFlagSet("d", pflag.ContinueOnError))
 	dc, err := d.Delivery.controllerOptions()
-	if err != nil || d.Delivery.SourceTimeout != source.DefaultTimeout || !dc.Git.Egress.AllowsScheme("https") || dc.Git.Egress.AllowsScheme("http") {
+	if err != nil || d.Delivery.SourceTimeout != source.DefaultTimeout || !dc.Git.Egress.AllowsScheme("https") || dc.Git.Egress.AllowsScheme("http") ||
+		dc.Git.Gate.PerRemote != source.DefaultPerRemote || dc.Git.Gate.PerTenant != source.DefaultPerTenant || dc.Git.Gate.HangAfter != source.DefaultHangAfter {
 		t.Fatalf("defaults: %v %+v", err, d.Delivery)
 	}
 
