@@ -53,7 +53,9 @@ func scaleFromEnv(name string, def int) int {
 // process holds live after a GC; RSS is the whole test process, an upper bound. It also reports
 // the CPU time per Decofile of the API server with etcd and of the manager, which unlike the
 // cold start hardly depend on what else the machine runs. It gives up after 10 minutes and
-// reports how many were Ready by then.
+// reports how many were Ready by then. Then it starts a second manager, as an upgrade or a
+// failover does, and reports the time until it has looked at every Decofile once (restart-s)
+// and the requests it sent for that.
 func BenchmarkColdStart(b *testing.B) {
 	if testing.Short() {
 		b.Skip("needs the local API server")
@@ -130,8 +132,42 @@ func BenchmarkColdStart(b *testing.B) {
 		b.ReportMetric(float64(total)/float64(scaleDecofiles), "requests/decofile")
 		b.Logf("API requests of the manager by verb and resource: %s", byKind)
 		stop()
+
+		restart, restartReqs, restartByKind := restartManager(b, cfg, o)
+		b.ReportMetric(restart.Seconds(), "restart-s")
+		b.ReportMetric(float64(restartReqs)/float64(scaleDecofiles), "restart-requests/decofile")
+		b.Logf("API requests of the restarted manager by verb and resource: %s", restartByKind)
 		b.StartTimer()
 	}
+}
+
+// restartManager starts a second manager like the first, as after an upgrade or a failover,
+// when every Decofile is already delivered, and returns the time until its delivery controller
+// has looked at each of them once, with the requests it sent meanwhile.
+func restartManager(b *testing.B, cfg *rest.Config, o manager.Options) (time.Duration, int, string) {
+	b.Helper()
+	counted := rest.CopyConfig(cfg)
+	reqs := &requestCounter{counts: map[string]int{}}
+	counted.Wrap(reqs.wrap)
+	o.SecondInProcess = true
+	mgr, err := manager.New(counted, o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	before := deliveryReconciles()
+	start := time.Now()
+	stop := testenv.StartManager(b, mgr)
+	defer stop()
+	for deliveryReconciles()-before < float64(scaleDecofiles) {
+		if time.Since(start) > 10*time.Minute {
+			b.Logf("%.0f of %d Decofiles looked at after %s", deliveryReconciles()-before, scaleDecofiles, time.Since(start))
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	took := time.Since(start)
+	total, byKind := reqs.snapshot()
+	return took, total, byKind
 }
 
 // profileColdStart writes CPU profiles of the cold start when SITEOPS_SCALE_PROFILE names a
