@@ -71,8 +71,8 @@ type Gate struct {
 	remotes map[string]*remoteSlots
 	// hangingUntil, per tenant: a retrieval of the tenant took HangAfter or longer.
 	hangingUntil map[string]time.Time
-	freed   chan struct{}    // closed (and replaced) when any slot is released
-	now     func() time.Time // for tests of the logic; nil means time.Now
+	freed        chan struct{}    // closed (and replaced) when any slot is released
+	now          func() time.Time // for tests of the logic; nil means time.Now
 }
 
 // remoteSlots are the retrievals in flight to one remote.
