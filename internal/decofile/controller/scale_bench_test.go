@@ -143,7 +143,8 @@ func BenchmarkColdStart(b *testing.B) {
 
 // restartManager starts a second manager like the first, as after an upgrade or a failover,
 // when every Decofile is already delivered, and returns the time until its delivery controller
-// has looked at each of them once, with the requests it sent meanwhile.
+// has run as many reconciles as there are Decofiles (each once: inline Decofiles are not
+// requeued), with the requests it sent meanwhile.
 func restartManager(b *testing.B, cfg *rest.Config, o manager.Options) (time.Duration, int, string) {
 	b.Helper()
 	counted := rest.CopyConfig(cfg)

@@ -92,7 +92,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, key client.ObjectKey, muta
 		}
 		rv, err := r.status.Write(ctx, d, old, &d.Status)
 		if err != nil {
-			return fmt.Errorf("patch status of Decofile %s: %w", key, err)
+			return fmt.Errorf("write the status of Decofile %s: %w", key, err)
 		}
 		if rv != "" {
 			r.written.Store(key, rv)

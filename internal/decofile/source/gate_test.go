@@ -107,6 +107,31 @@ func TestGateRefusesOnlyASlowRemote(t *testing.T) {
 	}
 }
 
+// gateProbe gives a test of g's logic take (acquire a slot, or fail the test) and busy (the
+// acquisition is refused at once with ErrRemoteBusy saying why).
+func gateProbe(t *testing.T, g *Gate) (take func(ctx context.Context, remote string) func(), busy func(ctx context.Context, remote, why string)) {
+	take = func(ctx context.Context, remote string) func() {
+		t.Helper()
+		release, err := g.Acquire(ctx, remote, "the remote")
+		if err != nil {
+			t.Fatalf("%s: %v", remote, err)
+		}
+		return release
+	}
+	busy = func(ctx context.Context, remote, why string) {
+		t.Helper()
+		start := time.Now()
+		_, err := g.Acquire(ctx, remote, "the remote")
+		if !errors.Is(err, ErrRemoteBusy) || !strings.Contains(err.Error(), why) {
+			t.Fatalf("%s: %v, want ErrRemoteBusy saying %q", remote, err, why)
+		}
+		if waited := time.Since(start); waited > time.Second {
+			t.Fatalf("%s: refused after %s, want at once", remote, waited)
+		}
+	}
+	return take, busy
+}
+
 // Retrievals for a tenant hold one slot of a remote at a time and two in all; a tenant whose
 // retrieval from a remote was slow may then hold only the slot slow retrievals share, so the
 // remote always has one for the tenants it answers in time.
@@ -115,25 +140,7 @@ func TestGateKeepsASlotForOtherTenants(t *testing.T) {
 	g := &Gate{PerRemote: 2, SlowAfter: time.Minute, HangAfter: time.Hour, now: clock}
 	ctx := context.Background()
 	a, b, c := WithTenant(ctx, "tenant-a"), WithTenant(ctx, "tenant-b"), WithTenant(ctx, "tenant-c")
-	busy := func(ctx context.Context, remote, why string) {
-		t.Helper()
-		start := time.Now()
-		_, err := g.Acquire(ctx, remote, "the remote")
-		if !errors.Is(err, ErrRemoteBusy) || !strings.Contains(err.Error(), why) {
-			t.Fatalf("err %v, want ErrRemoteBusy saying %q", err, why)
-		}
-		if waited := time.Since(start); waited > time.Second {
-			t.Fatalf("refused after %s, want at once", waited)
-		}
-	}
-	take := func(ctx context.Context, remote string) func() {
-		t.Helper()
-		release, err := g.Acquire(ctx, remote, "the remote")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return release
-	}
+	take, busy := gateProbe(t, g)
 
 	// Tenant a's first retrieval from the shared host turns slow: its next one from that host
 	// is refused, tenant b still gets the other slot.
@@ -177,21 +184,8 @@ func TestGateBoundsHangingTenantsTogether(t *testing.T) {
 	g := &Gate{PerRemote: 2, SlowAfter: time.Second, HangAfter: time.Minute, now: clock}
 	ctx := context.Background()
 	a, b, c := WithTenant(ctx, "tenant-a"), WithTenant(ctx, "tenant-b"), WithTenant(ctx, "tenant-c")
-	take := func(ctx context.Context, remote string) func() {
-		t.Helper()
-		release, err := g.Acquire(ctx, remote, "the remote")
-		if err != nil {
-			t.Fatalf("%s: %v", remote, err)
-		}
-		return release
-	}
-	busy := func(ctx context.Context, remote string) {
-		t.Helper()
-		_, err := g.Acquire(ctx, remote, "the remote")
-		if !errors.Is(err, ErrRemoteBusy) || !strings.Contains(err.Error(), "the slot such namespaces share is taken") {
-			t.Fatalf("%s: %v, want ErrRemoteBusy for a hanging namespace", remote, err)
-		}
-	}
+	take, busy := gateProbe(t, g)
+	const hanging = "the slot such namespaces share is taken"
 
 	// Two namespaces hold four retrievals from their own hosts until they time out.
 	held := []func(){take(a, "a-1"), take(a, "a-2"), take(b, "b-1"), take(b, "b-2")}
@@ -201,9 +195,9 @@ func TestGateBoundsHangingTenantsTogether(t *testing.T) {
 	}
 	// From now on they hold one slot together, whatever host they name.
 	hung := take(a, "a-3")
-	busy(a, "a-4")
-	busy(b, "b-3")
-	busy(b, "shared")
+	busy(a, "a-4", hanging)
+	busy(b, "b-3", hanging)
+	busy(b, "shared", hanging)
 	// Others are served meanwhile.
 	c1, c2 := take(c, "shared"), take(c, "c-1")
 	c1()
