@@ -93,7 +93,8 @@ func start(t *testing.T) *env {
 		err = controller.Setup(mgr, controller.Options{
 			Push:   trigger,
 			GitHub: &source.GitHub{APIURL: gh.APIURL, ArchiveURL: gh.ArchiveURL, Limits: limits, Egress: testEgress, Timeout: sourceTimeout},
-			Git:    &source.Git{Limits: limits, Egress: testEgress, Timeout: sourceTimeout},
+			// A retrieval that times out counts as a hang, as it does with the flags' defaults.
+			Git:    &source.Git{Limits: limits, Egress: testEgress, Timeout: sourceTimeout, Gate: &source.Gate{HangAfter: sourceTimeout / 2}},
 			Tokens: source.TokenPolicy{Fallback: fallbackToken, AllowedOrgs: []string{allowedOrg, appOrg}, App: app},
 			Encode: encode.Options{Threshold: testThreshold, Limit: testLimit},
 		})

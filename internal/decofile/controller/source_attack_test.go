@@ -374,3 +374,75 @@ func (c *countingBody) Read(p []byte) (int, error) {
 	c.n.Add(int64(n))
 	return n, err
 }
+
+// hangingHost starts an HTTP server on allowedGitHost that accepts every request and never
+// answers it, counting the requests it holds now in held; it returns the server's base URL.
+func hangingHost(t *testing.T, held *atomic.Int64) string {
+	t.Helper()
+	l := listenOn(t, allowedGitHost)
+	srv := &http.Server{Handler: http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		held.Add(1)
+		<-r.Context().Done()
+		held.Add(-1)
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + l.Addr().String()
+}
+
+// TestHangingHostsOfTwoTenantsAsTenants: two tenants point Decofiles at two hosts each that
+// accept requests and never answer. They hold the delivery workers for one --source-timeout;
+// after that their retrievals hold one request at a time together, whatever host they name, and
+// a third tenant's Decofile is delivered meanwhile.
+func TestHangingHostsOfTwoTenantsAsTenants(t *testing.T) {
+	e := start(t)
+	var held atomic.Int64
+	hosts := []string{hangingHost(t, &held), hangingHost(t, &held), hangingHost(t, &held), hangingHost(t, &held)}
+	for i, tn := range []*testenv.Tenant{e.c.Tenant(t, "hang-a", nil), e.c.Tenant(t, "hang-b", nil)} {
+		for j, host := range hosts[2*i : 2*i+2] {
+			for k := range 3 {
+				if err := tn.Client.Create(context.Background(), gitDecofile(tn.Namespace, fmt.Sprintf("site-%d-%d", j, k), host+"/site.git")); err != nil {
+					t.Fatalf("tenant creates its Decofile: %v", err)
+				}
+			}
+		}
+	}
+	testenv.Eventually(t, waitFor, func() error {
+		if n := held.Load(); n < 3 {
+			return fmt.Errorf("%d requests held by the hanging hosts", n)
+		}
+		return nil
+	})
+	// The retrievals of that first round end with the timeout; watch for one timeout more.
+	time.Sleep(sourceTimeout + 2*time.Second)
+	_, healthyURL, _ := gitRemoteOn(t, allowedGitHost, map[string]string{"blocks/home.json": `{"title":"home"}`})
+	victim := e.c.Tenant(t, "hang-victim", nil)
+	if err := victim.Client.Create(context.Background(), gitDecofile(victim.Namespace, "site", healthyURL)); err != nil {
+		t.Fatal(err)
+	}
+	var most, samples int64
+	until := time.Now().Add(sourceTimeout + 2*time.Second)
+	delivered := time.Duration(0)
+	start := time.Now()
+	for time.Now().Before(until) {
+		n := held.Load()
+		most = max(most, n)
+		samples++
+		if delivered == 0 {
+			var df decov1.Decofile
+			if err := e.c.Client.Get(context.Background(), client.ObjectKey{Namespace: victim.Namespace, Name: "site"}, &df); err == nil {
+				if c := ready(&df); c != nil && c.Status == metav1.ConditionTrue {
+					delivered = time.Since(start)
+				}
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if most > 1 {
+		t.Errorf("after their first timeout the two tenants' retrievals held %d requests at once, want at most 1", most)
+	}
+	if delivered == 0 {
+		t.Errorf("another tenant's Decofile was not delivered within %s while the hanging hosts were retried", sourceTimeout+2*time.Second)
+	}
+	t.Logf("%d samples over one timeout: at most %d request held; another tenant's Decofile Ready after %s", samples, most, delivered.Round(time.Millisecond))
+}
