@@ -169,7 +169,7 @@ func (o *Options) bindDeliveryFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&d.SourcePerRemote, "source-per-remote", orDefault(d.SourcePerRemote, source.DefaultPerRemote), "retrievals from one git host or GitHub repository at once")
 	fs.IntVar(&d.SourcePerNamespace, "source-per-namespace", orDefault(d.SourcePerNamespace, source.DefaultPerTenant), "retrievals for one namespace at once, from any remote (keep it below --decofile-concurrency)")
 	fs.DurationVar(&d.SourceSlowAfter, "source-slow-after", orDefault(d.SourceSlowAfter, source.DefaultSlowAfter), "how long a retrieval may take before its remote counts as slow for its namespace (slow retrievals share one slot of the remote and never wait)")
-	fs.DurationVar(&d.SourceHangAfter, "source-hang-after", orDefault(d.SourceHangAfter, source.DefaultHangAfter), "how long a retrieval may take before its namespace counts as hanging for ten minutes (hanging namespaces share one slot on all remotes)")
+	fs.DurationVar(&d.SourceHangAfter, "source-hang-after", orDefault(d.SourceHangAfter, source.DefaultHangAfter), "how long a retrieval may take before its namespace counts as hanging for ten minutes (hanging namespaces share one slot on all remotes); at most --source-timeout")
 	fs.StringSliceVar(&d.SourceAllowedSchemes, "source-allowed-schemes", orDefaultSlice(d.SourceAllowedSchemes, egress.DefaultSchemes), "URL schemes Decofile sources may use (https, ssh, http, file)")
 	fs.StringSliceVar(&d.SourceAllowedHosts, "source-allowed-hosts", d.SourceAllowedHosts, "hosts, host:port pairs, IPs and CIDRs Decofile sources may reach even when loopback, link-local or private")
 	fs.BoolVar(&d.SourceAllowPrivateNetworks, "source-allow-private-networks", d.SourceAllowPrivateNetworks, "let Decofile sources reach private networks (RFC 1918, fc00::/7, 100.64.0.0/10); loopback and link-local stay refused")
@@ -272,8 +272,13 @@ func (d DeliveryOptions) controllerOptions() (controller.Options, error) {
 		}
 		tokens.App = &source.GitHubApp{ID: d.GitHubAppID, Key: key, APIURL: d.GitHubAPIURL, Egress: policy, Timeout: d.SourceTimeout}
 	}
+	// A retrieval cut off by --source-timeout always counts as a hang.
+	hangAfter := orDefault(d.SourceHangAfter, source.DefaultHangAfter)
+	if d.SourceTimeout > 0 && hangAfter > d.SourceTimeout {
+		hangAfter = d.SourceTimeout
+	}
 	gate := &source.Gate{PerRemote: d.SourcePerRemote, PerTenant: d.SourcePerNamespace,
-		SlowAfter: d.SourceSlowAfter, HangAfter: d.SourceHangAfter}
+		SlowAfter: d.SourceSlowAfter, HangAfter: hangAfter}
 	return controller.Options{
 		GitHub:                  &source.GitHub{APIURL: d.GitHubAPIURL, ArchiveURL: d.GitHubArchiveURL, Limits: d.Limits, Egress: policy, Timeout: d.SourceTimeout, Gate: gate},
 		Git:                     &source.Git{Limits: d.Limits, Egress: policy, Timeout: d.SourceTimeout, Gate: gate},

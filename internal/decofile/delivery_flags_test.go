@@ -43,7 +43,8 @@ func TestDeliveryFlags(t *testing.T) {
 		t.Fatalf("source timeout and URL policy not passed: %+v %+v", c.Git, c.GitHub)
 	}
 	// One gate for both kinds: a namespace's bound counts its git and GitHub retrievals together.
-	if g := c.Git.Gate; g == nil || g != c.GitHub.Gate || g.PerRemote != 3 || g.PerTenant != 1 || g.SlowAfter != 5*time.Second || g.HangAfter != 20*time.Second {
+	// --source-hang-after above --source-timeout (7s): a retrieval cut off by the timeout is a hang.
+	if g := c.Git.Gate; g == nil || g != c.GitHub.Gate || g.PerRemote != 3 || g.PerTenant != 1 || g.SlowAfter != 5*time.Second || g.HangAfter != 7*time.Second {
 		t.Fatalf("retrieval bounds not passed, or not shared: %+v %+v", c.Git.Gate, c.GitHub.Gate)
 	}
 	if !c.Git.Egress.AllowsScheme("http") || c.Git.Egress.AllowsScheme("ssh") || c.Git.Egress.CheckAddr("git.internal", netip.MustParseAddr("127.0.0.1"), "80") != nil ||
