@@ -332,6 +332,8 @@ func Setup(mgr ctrl.Manager, o Options) error {
 			return err
 		}
 	}
+	// New content of a Decofile without pods is recorded as rolled out in the delivery's write.
+	delivery.Rollout = rollout.Settler{Reader: mgr.GetAPIReader()}
 	if err := controller.Setup(mgr, delivery); err != nil {
 		return fmt.Errorf("set up Decofile delivery controller: %w", err)
 	}

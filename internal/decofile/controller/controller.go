@@ -92,6 +92,9 @@ type Options struct {
 	S3 ObjectStore
 	// Push, when set, reconciles the Decofiles a push event names at once (NewPushTrigger).
 	Push *PushTrigger
+	// Rollout, when set, records the rollout of new content no pod has to hear about in the
+	// delivery's own status write.
+	Rollout RolloutSettler
 }
 
 // Reconciler delivers Decofiles into ConfigMaps.
@@ -252,7 +255,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if requested != "" && requested != df.Status.LastHandledReconcileAt {
 			handled := df.Status.DeepCopy()
 			handled.LastHandledReconcileAt = requested
-			if err := r.patchStatus(ctx, &df, handled); err != nil {
+			if err := r.patchStatus(ctx, &df, handled, nil); err != nil {
 				return ctrl.Result{}, err
 			}
 		}
@@ -275,7 +278,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		Type: decov1.ConditionReady, Status: status, Reason: out.reason, Message: out.message, ObservedGeneration: df.Generation,
 	})
 	setKstatus(next, out, df.Generation)
-	if err := r.patchStatus(ctx, &df, next); err != nil {
+	var settle func(*decov1.Decofile) bool
+	if out.err == nil {
+		settle = r.settleRollout(ctx, &df, next)
+	}
+	if err := r.patchStatus(ctx, &df, next, settle); err != nil {
 		return ctrl.Result{}, err
 	}
 

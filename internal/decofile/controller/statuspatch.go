@@ -92,7 +92,8 @@ func (w *StatusWriter) Write(ctx context.Context, df metav1.Object, old, next *d
 // patchStatus writes next as the Decofile's status unless nothing changed. It changes only the
 // fields this controller owns, under an optimistic lock, so the rollout controller's
 // notifiedHash, rollout and PodsNotified condition are never overwritten; see StatusWriter.
-func (r *Reconciler) patchStatus(ctx context.Context, df *decov1.Decofile, next *decov1.DecofileStatus) error {
+// settle, when set, is the rollout's own change to the status (RolloutSettler), written with it.
+func (r *Reconciler) patchStatus(ctx context.Context, df *decov1.Decofile, next *decov1.DecofileStatus, settle func(*decov1.Decofile) bool) error {
 	if statusEqual(&df.Status, next) {
 		return nil
 	}
@@ -109,6 +110,12 @@ func (r *Reconciler) patchStatus(ctx context.Context, df *decov1.Decofile, next 
 		first = false
 		want := cur.Status.DeepCopy()
 		apply(want, next)
+		if settle != nil {
+			// The rollout's change sees the Decofile as it will be, without the content.
+			d := &decov1.Decofile{ObjectMeta: metav1.ObjectMeta{Generation: cur.Generation}, Status: *want}
+			settle(d)
+			want = &d.Status
+		}
 		rv, err := r.status.Write(ctx, cur, &cur.Status, want)
 		if rv != "" {
 			r.written.Store(key, rv)

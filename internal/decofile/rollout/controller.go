@@ -366,12 +366,7 @@ func (r *Reconciler) succeeded(ctx context.Context, df *decov1alpha1.Decofile, h
 	key := client.ObjectKeyFromObject(df)
 	rolloutsTotal.WithLabelValues("succeeded").Inc()
 	finished := metav1.Now()
-	if err := r.patchStatus(ctx, key, then(begin, func(d *decov1alpha1.Decofile) bool {
-		setCondition(d, metav1.ConditionTrue, decov1alpha1.ReasonNotificationSucceeded, "Successfully notified all pods for "+id)
-		d.Status.NotifiedHash = hash
-		d.Status.Rollout = summary(id, res.Progress, &startedAt, &finished) // finishedAt always changes
-		return true
-	})); err != nil {
+	if err := r.patchStatus(ctx, key, then(begin, confirmed(id, hash, res.Progress, startedAt, finished))); err != nil {
 		log.Info("could not record the rollout result; will retry", "error", err.Error())
 		return r.opts.RetryBase
 	}
@@ -382,6 +377,16 @@ func (r *Reconciler) succeeded(ctx context.Context, df *decov1alpha1.Decofile, h
 	}
 	log.Info("rollout succeeded", "notified", res.Notified, "skipped", res.Skipped, "duration", res.Duration)
 	return 0
+}
+
+// confirmed records that every pod confirmed hash in rollout id.
+func confirmed(id, hash string, p notify.Progress, startedAt, finished metav1.Time) func(*decov1alpha1.Decofile) bool {
+	return func(d *decov1alpha1.Decofile) bool {
+		setCondition(d, metav1.ConditionTrue, decov1alpha1.ReasonNotificationSucceeded, "Successfully notified all pods for "+id)
+		d.Status.NotifiedHash = hash
+		d.Status.Rollout = summary(id, p, &startedAt, &finished) // finishedAt always changes
+		return true
+	}
 }
 
 // load reads the stored content with the loader, a few loads at a time: each holds up to the

@@ -26,10 +26,7 @@ const DefaultReloadPort = 8000
 func selectPods(ctx context.Context, r client.Reader, df *decov1alpha1.Decofile) ([]corev1.Pod, error) {
 	seen := map[string]bool{}
 	var out []corev1.Pod
-	for _, sel := range []client.MatchingLabels{
-		{decov1alpha1.LabelDecofile: df.Name},
-		{decov1alpha1.LabelDeploymentID: df.DeploymentIDOrName()},
-	} {
+	for _, sel := range podSelectors(df) {
 		var list corev1.PodList
 		if err := r.List(ctx, &list, client.InNamespace(df.Namespace), sel); err != nil {
 			return nil, fmt.Errorf("list pods %v: %w", map[string]string(sel), err)
@@ -44,6 +41,18 @@ func selectPods(ctx context.Context, r client.Reader, df *decov1alpha1.Decofile)
 	slices.SortFunc(out, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
+
+// podSelectors are the label selectors of df's pods: labelled deco.sites/decofile=<name>, or,
+// for older workloads, app.deco/deploymentId=<deploymentId>.
+func podSelectors(df *decov1alpha1.Decofile) []client.MatchingLabels {
+	return []client.MatchingLabels{
+		{decov1alpha1.LabelDecofile: df.Name},
+		{decov1alpha1.LabelDeploymentID: df.DeploymentIDOrName()},
+	}
+}
+
+// podListGVK is the kind of a list of pods, for metadata-only lists.
+var podListGVK = corev1.SchemeGroupVersion.WithKind("PodList")
 
 // Target turns a pod into what the notifier needs, with SkipReason set when the pod cannot
 // take a notification now (being deleted, not Running, no IP) or must not get one (hostNetwork).

@@ -17,9 +17,12 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/internal/decofile/controller"
 	"github.com/siteops/siteops/internal/decofile/encode"
 	"github.com/siteops/siteops/internal/decofile/notify"
 	"github.com/siteops/siteops/internal/decofile/rollout"
@@ -231,4 +234,102 @@ func TestRolloutListsPodsInsteadOfReadingEach(t *testing.T) {
 	if n := len(w.find(http.MethodGet, "/namespaces/"+e.ns+"/pods")); n > 4 {
 		t.Errorf("the pods were listed %d times for one rollout, want at most 4", n)
 	}
+}
+
+// TestDeliveryWritesRolloutWithoutPods: with the delivery controller wired to the rollout's
+// Settler (as the manager wires them), a tenant's inline Decofile without pods is delivered and
+// its rollout recorded in one status write, for the first content and for an edit; once a pod
+// reads the Decofile, the next edit is left to the rollout controller, which sends it to the pod.
+func TestDeliveryWritesRolloutWithoutPods(t *testing.T) {
+	var w wire
+	e := newEnvsOn(t, 1, w.wrap, rollout.Options{}, func(mgr ctrl.Manager) error {
+		return controller.Setup(mgr, controller.Options{Rollout: rollout.Settler{Reader: mgr.GetAPIReader()}})
+	})[0]
+	tn := e.c.TenantIn(t, e.ns)
+	ctx := context.Background()
+	df := &decov1alpha1.Decofile{
+		ObjectMeta: metav1.ObjectMeta{Name: "alone", Namespace: e.ns},
+		Spec: decov1alpha1.DecofileSpec{Source: decov1alpha1.SourceInline, Inline: &decov1alpha1.InlineSource{
+			Value: map[string]apiextensionsv1.JSON{"site": {Raw: []byte(`{"name":"first"}`)}}}},
+	}
+	self := "/namespaces/" + e.ns + "/decofiles/alone/status"
+	// settled waits until the content naming name is stored and confirmed by all (total) pods.
+	settled := func(name string, total int32) *decov1alpha1.Decofile {
+		t.Helper()
+		var got *decov1alpha1.Decofile
+		testenv.Eventually(t, 20*time.Second, func() error {
+			got = e.get(df)
+			c := meta.FindStatusCondition(got.Status.Conditions, decov1alpha1.ConditionPodsNotified)
+			ro := got.Status.Rollout
+			if readyStatus(got) != metav1.ConditionTrue || c == nil || c.Status != metav1.ConditionTrue ||
+				got.Status.NotifiedHash != got.Status.ContentHash || ro == nil || ro.ID != decov1alpha1.RolloutID(&got.Status) || ro.FinishedAt == nil {
+				return fmt.Errorf("status %+v", got.Status)
+			}
+			if ro.Total != total || ro.Notified != total {
+				return fmt.Errorf("rollout %+v, want %d pods notified", ro, total)
+			}
+			var cm corev1.ConfigMap
+			if err := e.c.Client.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: df.ConfigMapName()}, &cm); err != nil {
+				return err
+			}
+			if !strings.Contains(cm.Data[decov1alpha1.KeyJSON], `"`+name+`"`) {
+				return fmt.Errorf("ConfigMap holds %q", cm.Data[decov1alpha1.KeyJSON])
+			}
+			return nil
+		})
+		return got
+	}
+	edit := func(name string) {
+		t.Helper()
+		err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+			var d decov1alpha1.Decofile
+			if err := tn.Client.Get(ctx, client.ObjectKeyFromObject(df), &d); err != nil {
+				return err
+			}
+			d.Spec.Inline.Value["site"] = apiextensionsv1.JSON{Raw: []byte(`{"name":"` + name + `"}`)}
+			return tn.Client.Update(ctx, &d)
+		})
+		if err != nil {
+			t.Fatalf("tenant edits its Decofile: %v", err)
+		}
+	}
+	// writes is the status writes since n, once every one of them is answered and the
+	// controllers are idle (nothing more comes within a second).
+	writes := func(n int) int {
+		t.Helper()
+		time.Sleep(time.Second)
+		return len(w.find(http.MethodPut, self)) - n
+	}
+
+	if err := tn.Client.Create(ctx, df); err != nil {
+		t.Fatalf("tenant creates its Decofile: %v", err)
+	}
+	settled("first", 0)
+	if n := writes(0); n != 1 {
+		t.Errorf("first delivery without pods: %d status writes, want 1", n)
+	}
+	before := len(w.find(http.MethodPut, self))
+	edit("second")
+	settled("second", 0)
+	if n := writes(before); n != 1 {
+		t.Errorf("edit without pods: %d status writes, want 1", n)
+	}
+
+	var s corev1.Secret
+	if err := e.c.Client.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: df.ReloadSecretName()}, &s); err != nil {
+		t.Fatal(err)
+	}
+	pod := e.sitePod("alone-a", podOpts{labels: labelled(df), token: string(s.Data[decov1alpha1.ReloadTokenKey])})
+	edit("third")
+	got := settled("third", 1)
+	if cur := pod.rt.Current(); cur.Hash != got.Status.ContentHash || !strings.Contains(string(cur.Decofile), `"third"`) {
+		t.Errorf("the pod serves %s (hash %s), want the third content (hash %s)", cur.Decofile, cur.Hash, got.Status.ContentHash)
+	}
+}
+
+func readyStatus(df *decov1alpha1.Decofile) metav1.ConditionStatus {
+	if c := meta.FindStatusCondition(df.Status.Conditions, decov1alpha1.ConditionReady); c != nil {
+		return c.Status
+	}
+	return ""
 }
