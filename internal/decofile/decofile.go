@@ -116,6 +116,8 @@ type DeliveryOptions struct {
 	Limits source.Limits
 	// Concurrency is how many Decofiles are delivered at once.
 	Concurrency int
+	// SourceConcurrency is how many of them retrieve and hold a remote's content at once.
+	SourceConcurrency int
 }
 
 // EnvLegacyEnableWebhooks is the published Decofile operator's (v0.11) switch for its webhooks:
@@ -177,7 +179,8 @@ func (o *Options) bindDeliveryFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&d.Limits.ArchiveBytes, "decofile-max-archive-bytes", orDefault(d.Limits.ArchiveBytes, source.DefaultLimits.ArchiveBytes), "largest source archive accepted")
 	fs.Int64Var(&d.Limits.DecompressedBytes, "decofile-max-content-bytes", orDefault(d.Limits.DecompressedBytes, source.DefaultLimits.DecompressedBytes), "most block-file bytes read from one source")
 	fs.IntVar(&d.Limits.Files, "decofile-max-files", orDefault(d.Limits.Files, source.DefaultLimits.Files), "most block files read from one source")
-	fs.IntVar(&d.Concurrency, "decofile-concurrency", orDefault(d.Concurrency, 4), "Decofiles delivered at the same time")
+	fs.IntVar(&d.Concurrency, "decofile-concurrency", orDefault(d.Concurrency, controller.DefaultMaxConcurrentReconciles), "Decofiles delivered at the same time")
+	fs.IntVar(&d.SourceConcurrency, "source-concurrency", orDefault(d.SourceConcurrency, controller.DefaultMaxConcurrentRetrievals), "Decofiles retrieving a remote source (github, git) at the same time, each holding up to --decofile-max-content-bytes until it is stored")
 }
 
 // bindRolloutFlags registers the pod notification flags, defaulting unset values to the seed's
@@ -223,8 +226,8 @@ func (o *Options) Validate() error {
 		errs = append(errs, errors.New("--notify-concurrency, --notify-attempts, --notify-pod-timeout, --notify-timeout and --notify-memory-bytes must be positive"))
 	}
 	d := o.Delivery
-	if d.CompressionThreshold < 0 || d.Limits.ArchiveBytes < 0 || d.Limits.DecompressedBytes < 0 || d.Limits.Files < 0 || d.Concurrency < 0 {
-		errs = append(errs, errors.New("--compression-threshold, --decofile-max-* and --decofile-concurrency must not be negative"))
+	if d.CompressionThreshold < 0 || d.Limits.ArchiveBytes < 0 || d.Limits.DecompressedBytes < 0 || d.Limits.Files < 0 || d.Concurrency < 0 || d.SourceConcurrency < 0 {
+		errs = append(errs, errors.New("--compression-threshold, --decofile-max-*, --decofile-concurrency and --source-concurrency must not be negative"))
 	}
 	if err := o.S3.Validate(); err != nil {
 		errs = append(errs, err)
@@ -285,6 +288,7 @@ func (d DeliveryOptions) controllerOptions() (controller.Options, error) {
 		Tokens:                  tokens,
 		Encode:                  encode.Options{Threshold: d.CompressionThreshold},
 		MaxConcurrentReconciles: d.Concurrency,
+		MaxConcurrentRetrievals: d.SourceConcurrency,
 	}, nil
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/siteops/siteops/internal/decofile/controller"
 	"github.com/siteops/siteops/internal/decofile/encode"
 	"github.com/siteops/siteops/internal/decofile/source"
 )
@@ -24,7 +25,8 @@ func TestDeliveryFlags(t *testing.T) {
 		"--github-token-orgs=acme,Other", "--compression-threshold=1000", "--decofile-max-files=5", "--decofile-max-content-bytes=99",
 		"--github-token-grants=shop=other/shop,agency=acme/*", "--source-timeout=7s", "--source-allowed-schemes=https,http",
 		"--source-allowed-hosts=git.internal,10.0.0.0/8", "--source-allow-private-networks",
-		"--source-per-remote=3", "--source-per-namespace=1", "--source-slow-after=5s", "--source-hang-after=20s"})
+		"--source-per-remote=3", "--source-per-namespace=1", "--source-slow-after=5s", "--source-hang-after=20s",
+		"--decofile-concurrency=12", "--source-concurrency=3"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,6 +43,9 @@ func TestDeliveryFlags(t *testing.T) {
 	}
 	if c.Git.Timeout != 7*time.Second || c.GitHub.Timeout != 7*time.Second || c.Git.Egress == nil || c.Git.Egress != c.GitHub.Egress {
 		t.Fatalf("source timeout and URL policy not passed: %+v %+v", c.Git, c.GitHub)
+	}
+	if c.MaxConcurrentReconciles != 12 || c.MaxConcurrentRetrievals != 3 {
+		t.Fatalf("concurrency not passed: %d workers, %d retrievals", c.MaxConcurrentReconciles, c.MaxConcurrentRetrievals)
 	}
 	// One gate for both kinds: a namespace's bound counts its git and GitHub retrievals together.
 	// --source-hang-after above --source-timeout (7s): a retrieval cut off by the timeout is a hang.
@@ -64,7 +69,7 @@ func TestDeliveryFlags(t *testing.T) {
 	if tok, _, _ := c.Tokens.Choose(ctx, "agency", "acme", "x", ""); tok != "from-env" {
 		t.Fatalf("org/* grant: %q", tok)
 	}
-	for _, bad := range [][]string{{"--source-allowed-schemes=gopher"}, {"--source-allowed-hosts=a/b/c"}, {"--github-token-grants=noslash"}, {"--source-hang-after=-1s"}} {
+	for _, bad := range [][]string{{"--source-allowed-schemes=gopher"}, {"--source-allowed-hosts=a/b/c"}, {"--github-token-grants=noslash"}, {"--source-hang-after=-1s"}, {"--source-concurrency=-1"}} {
 		var o2 Options
 		fs2 := pflag.NewFlagSet("t", pflag.ContinueOnError)
 		o2.BindFlags(fs2)
@@ -79,7 +84,8 @@ func TestDeliveryFlags(t *testing.T) {
 	d.BindFlags(pflag.NewFlagSet("d", pflag.ContinueOnError))
 	dc, err := d.Delivery.controllerOptions()
 	if err != nil || d.Delivery.SourceTimeout != source.DefaultTimeout || !dc.Git.Egress.AllowsScheme("https") || dc.Git.Egress.AllowsScheme("http") ||
-		dc.Git.Gate.PerRemote != source.DefaultPerRemote || dc.Git.Gate.PerTenant != source.DefaultPerTenant || dc.Git.Gate.HangAfter != source.DefaultHangAfter {
+		dc.Git.Gate.PerRemote != source.DefaultPerRemote || dc.Git.Gate.PerTenant != source.DefaultPerTenant || dc.Git.Gate.HangAfter != source.DefaultHangAfter ||
+		dc.MaxConcurrentReconciles != controller.DefaultMaxConcurrentReconciles || dc.MaxConcurrentRetrievals != controller.DefaultMaxConcurrentRetrievals {
 		t.Fatalf("defaults: %v %+v", err, d.Delivery)
 	}
 

@@ -76,6 +76,16 @@ const DefaultInterval = time.Minute
 // MinInterval is the shortest poll interval, as the CRD's rule on spec.interval says.
 const MinInterval = 10 * time.Second
 
+// Defaults of Options.
+const (
+	// DefaultMaxConcurrentReconciles: a delivery mostly waits on the API server, and an inline
+	// Decofile holds no more than the API server stores.
+	DefaultMaxConcurrentReconciles = 8
+	// DefaultMaxConcurrentRetrievals: each retrieval may hold up to the source's content limit
+	// (64 MiB by default), so fewer of them run at once than deliveries.
+	DefaultMaxConcurrentRetrievals = 4
+)
+
 // Options configures the delivery controller.
 type Options struct {
 	// GitHub fetches github sources (base URLs, limits, HTTP client).
@@ -86,8 +96,12 @@ type Options struct {
 	Tokens source.TokenPolicy
 	// Encode sets the compression threshold and the ConfigMap limit.
 	Encode encode.Options
-	// MaxConcurrentReconciles is how many Decofiles are processed at once; default 4.
+	// MaxConcurrentReconciles is how many Decofiles are processed at once; default
+	// DefaultMaxConcurrentReconciles.
 	MaxConcurrentReconciles int
+	// MaxConcurrentRetrievals is how many of them may retrieve and hold a remote's (github, git)
+	// content at once; default DefaultMaxConcurrentRetrievals.
+	MaxConcurrentRetrievals int
 	// S3 stores s3-target Decofiles; nil means the s3 target is not configured.
 	S3 ObjectStore
 	// Push, when set, reconciles the Decofiles a push event names at once (NewPushTrigger).
@@ -113,6 +127,8 @@ type Reconciler struct {
 	written sync.Map // types.NamespacedName → string
 	// kinds remembers the workload kinds the API server does not serve.
 	kinds missingKinds
+	// retrievals holds a slot per delivery from a remote source (MaxConcurrentRetrievals).
+	retrievals chan struct{}
 }
 
 type rejectedCommit struct {
@@ -148,19 +164,23 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		app.Observe = o.GitHub.Observe // kinds app-installation and app-token
 	}
 	if o.MaxConcurrentReconciles <= 0 {
-		o.MaxConcurrentReconciles = 4
+		o.MaxConcurrentReconciles = DefaultMaxConcurrentReconciles
+	}
+	if o.MaxConcurrentRetrievals <= 0 {
+		o.MaxConcurrentRetrievals = DefaultMaxConcurrentRetrievals
 	}
 	status, err := NewStatusWriter(mgr.GetConfig(), mgr.GetHTTPClient())
 	if err != nil {
 		return err
 	}
 	r := &Reconciler{
-		client:   mgr.GetClient(),
-		reader:   mgr.GetAPIReader(),
-		status:   status,
-		recorder: mgr.GetEventRecorder("siteops-decofile"),
-		opts:     o,
-		now:      time.Now,
+		client:     mgr.GetClient(),
+		reader:     mgr.GetAPIReader(),
+		status:     status,
+		recorder:   mgr.GetEventRecorder("siteops-decofile"),
+		opts:       o,
+		now:        time.Now,
+		retrievals: make(chan struct{}, o.MaxConcurrentRetrievals),
 	}
 	deletedOnly := predicate.Funcs{
 		CreateFunc:  func(event.CreateEvent) bool { return false },
@@ -367,6 +387,15 @@ func (r *Reconciler) deliver(ctx context.Context, df *decov1.Decofile, next *dec
 	// someone else changed it. It is rewritten from the source like any missing content.
 	defaced := cm != nil && !intact && df.Status.StoredHash != "" && df.Status.ConfigMapName == cm.Name
 
+	if df.Spec.Source != decov1.SourceInline {
+		// A remote's content is held until it is stored: a few at a time, however many workers.
+		select {
+		case r.retrievals <- struct{}{}:
+			defer func() { <-r.retrievals }()
+		case <-ctx.Done():
+			return outcome{reason: ReasonStoreFailed, err: fmt.Errorf("wait to retrieve: %w", ctx.Err()), transient: true}
+		}
+	}
 	start := r.now()
 	blocks, commit, cached, err := r.fetch(ctx, df, intact)
 	fetchDuration.WithLabelValues(string(df.Spec.Source)).Observe(r.now().Sub(start).Seconds())

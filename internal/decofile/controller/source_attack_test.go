@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/internal/decofile/controller"
 	"github.com/siteops/siteops/internal/decofile/source"
 	"github.com/siteops/siteops/internal/decofile/source/ghtest"
 	"github.com/siteops/siteops/internal/egress"
@@ -445,4 +446,52 @@ func TestHangingHostsOfTwoTenantsAsTenants(t *testing.T) {
 		t.Errorf("another tenant's Decofile was not delivered within %s while the hanging hosts were retried", sourceTimeout+2*time.Second)
 	}
 	t.Logf("%d samples over one timeout: at most %d request held; another tenant's Decofile Ready after %s", samples, most, delivered.Round(time.Millisecond))
+}
+
+// TestRetrievalsLeaveWorkersToInlineAsTenants: three tenants point a Decofile each at two hosts
+// that never answer. The retrievals they hold stay at the bound (4 by default, with 8 workers),
+// and a fourth tenant's inline Decofile is delivered meanwhile, within the first timeout.
+func TestRetrievalsLeaveWorkersToInlineAsTenants(t *testing.T) {
+	e := start(t)
+	var held atomic.Int64
+	for i := range 3 {
+		tn := e.c.Tenant(t, fmt.Sprintf("hold-%d", i), nil)
+		for j := range 2 {
+			if err := tn.Client.Create(context.Background(), gitDecofile(tn.Namespace, fmt.Sprintf("site-%d", j), hangingHost(t, &held)+"/site.git")); err != nil {
+				t.Fatalf("tenant creates its Decofile: %v", err)
+			}
+		}
+	}
+	started := time.Now()
+	testenv.Eventually(t, waitFor, func() error {
+		if n := held.Load(); n < controller.DefaultMaxConcurrentRetrievals {
+			return fmt.Errorf("%d requests held by the hanging hosts", n)
+		}
+		return nil
+	})
+	other := e.c.Tenant(t, "hold-inline", nil)
+	df := &decov1.Decofile{ObjectMeta: metav1.ObjectMeta{Name: "site", Namespace: other.Namespace},
+		Spec: decov1.DecofileSpec{Source: decov1.SourceInline, Inline: inline(map[string]string{"home": `{"title":"home"}`})}}
+	if err := other.Client.Create(context.Background(), df); err != nil {
+		t.Fatal(err)
+	}
+	var most int64
+	delivered := time.Duration(0)
+	for delivered == 0 && time.Since(started) < sourceTimeout {
+		most = max(most, held.Load())
+		var got decov1.Decofile
+		if err := e.c.Client.Get(context.Background(), client.ObjectKeyFromObject(df), &got); err == nil {
+			if c := ready(&got); c != nil && c.Status == metav1.ConditionTrue {
+				delivered = time.Since(started)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if most > controller.DefaultMaxConcurrentRetrievals {
+		t.Errorf("the hanging hosts held %d requests at once, want at most %d", most, controller.DefaultMaxConcurrentRetrievals)
+	}
+	if delivered == 0 {
+		t.Fatalf("the inline Decofile was not delivered within the first %s", sourceTimeout)
+	}
+	t.Logf("at most %d requests held; the inline Decofile Ready %s after the hanging ones were created", most, delivered.Round(time.Millisecond))
 }

@@ -11,10 +11,10 @@ import (
 // Defaults of a Gate.
 const (
 	// DefaultPerRemote is how many retrievals from one remote run at once: half of the delivery
-	// controller's default four workers, so a remote that hangs leaves the other half to the rest.
+	// controller's default four retrievals, so a remote that hangs leaves the other half to the rest.
 	DefaultPerRemote = 2
 	// DefaultPerTenant is how many retrievals run at once for one tenant, whatever their
-	// remotes: half of the default workers, so one tenant's hanging remotes leave the other
+	// remotes: half of the default retrievals, so one tenant's hanging remotes leave the other
 	// half to the rest.
 	DefaultPerTenant = 2
 	// perTenantRemote is how many retrievals from one remote run at once for one tenant, so one
