@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 
 	"golang.org/x/sync/errgroup"
 
@@ -34,11 +35,12 @@ func (s Settler) Settle(ctx context.Context, df *decov1alpha1.Decofile, next *de
 	if has, err := hasPods(ctx, s.Reader, df); err != nil || has {
 		return nil, err
 	}
+	var counted sync.Once // the change is made again when the write is retried
 	return func(d *decov1alpha1.Decofile) bool {
 		if readyStatus(d) != metav1.ConditionTrue || d.Status.ContentHash != hash || d.Status.NotifiedHash == hash {
 			return false
 		}
-		rolloutsTotal.WithLabelValues("succeeded").Inc()
+		counted.Do(rolloutsTotal.WithLabelValues("succeeded").Inc)
 		id := decov1alpha1.RolloutID(&d.Status)
 		now := metav1.Now()
 		return then(beginRollout(id, 0, &now), confirmed(id, hash, notify.Progress{}, now, now))(d)
