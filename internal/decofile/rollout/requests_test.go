@@ -37,9 +37,9 @@ type wire struct {
 }
 
 type wireRequest struct {
-	method, path string
-	answered     bool
-	answerBytes  int
+	method, path, query string
+	answered            bool
+	answerBytes         int
 }
 
 func (w *wire) wrap(rt http.RoundTripper) http.RoundTripper {
@@ -48,7 +48,7 @@ func (w *wire) wrap(rt http.RoundTripper) http.RoundTripper {
 		if method == http.MethodGet && req.URL.Query().Get("watch") == "true" {
 			method = "WATCH"
 		}
-		r := &wireRequest{method: method, path: req.URL.Path}
+		r := &wireRequest{method: method, path: req.URL.Path, query: req.URL.RawQuery}
 		w.mu.Lock()
 		w.reqs = append(w.reqs, r)
 		w.mu.Unlock()
@@ -239,7 +239,8 @@ func TestRolloutListsPodsInsteadOfReadingEach(t *testing.T) {
 // TestDeliveryWritesRolloutWithoutPods: with the delivery controller wired to the rollout's
 // Settler (as the manager wires them), a tenant's inline Decofile without pods is delivered and
 // its rollout recorded in one status write, for the first content and for an edit; once a pod
-// reads the Decofile, the next edit is left to the rollout controller, which sends it to the pod.
+// reads the Decofile, the next edit is left to the rollout controller, which sends it to the pod,
+// and the edit after that is left to it without the settler's listing of pods.
 func TestDeliveryWritesRolloutWithoutPods(t *testing.T) {
 	var w wire
 	e := newEnvsOn(t, 1, w.wrap, rollout.Options{}, func(mgr ctrl.Manager) error {
@@ -261,7 +262,7 @@ func TestDeliveryWritesRolloutWithoutPods(t *testing.T) {
 			got = e.get(df)
 			c := meta.FindStatusCondition(got.Status.Conditions, decov1alpha1.ConditionPodsNotified)
 			ro := got.Status.Rollout
-			if readyStatus(got) != metav1.ConditionTrue || c == nil || c.Status != metav1.ConditionTrue ||
+			if !meta.IsStatusConditionTrue(got.Status.Conditions, decov1alpha1.ConditionReady) || c == nil || c.Status != metav1.ConditionTrue ||
 				got.Status.NotifiedHash != got.Status.ContentHash || ro == nil || ro.ID != decov1alpha1.RolloutID(&got.Status) || ro.FinishedAt == nil {
 				return fmt.Errorf("status %+v", got.Status)
 			}
@@ -320,16 +321,26 @@ func TestDeliveryWritesRolloutWithoutPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := e.sitePod("alone-a", podOpts{labels: labelled(df), token: string(s.Data[decov1alpha1.ReloadTokenKey])})
-	edit("third")
-	got := settled("third", 1)
-	if cur := pod.rt.Current(); cur.Hash != got.Status.ContentHash || !strings.Contains(string(cur.Decofile), `"third"`) {
-		t.Errorf("the pod serves %s (hash %s), want the third content (hash %s)", cur.Decofile, cur.Hash, got.Status.ContentHash)
+	// settlerLists counts the settler's listings: of pod metadata, at most one pod.
+	settlerLists := func() int {
+		n := 0
+		for _, r := range w.find(http.MethodGet, "/namespaces/"+e.ns+"/pods") {
+			if strings.Contains(r.query, "limit=1") {
+				n++
+			}
+		}
+		return n
 	}
-}
-
-func readyStatus(df *decov1alpha1.Decofile) metav1.ConditionStatus {
-	if c := meta.FindStatusCondition(df.Status.Conditions, decov1alpha1.ConditionReady); c != nil {
-		return c.Status
+	for _, name := range []string{"third", "fourth"} {
+		listed := settlerLists()
+		edit(name)
+		got := settled(name, 1)
+		if cur := pod.rt.Current(); cur.Hash != got.Status.ContentHash || !strings.Contains(string(cur.Decofile), `"`+name+`"`) {
+			t.Errorf("the pod serves %s (hash %s), want the %s content (hash %s)", cur.Decofile, cur.Hash, name, got.Status.ContentHash)
+		}
+		// The third follows a rollout without pods: listed. The fourth follows one with a pod.
+		if n := settlerLists() - listed; (name == "third") != (n > 0) {
+			t.Errorf("%s edit: the settler listed pods %d times", name, n)
+		}
 	}
-	return ""
 }

@@ -25,11 +25,16 @@ type Settler struct {
 }
 
 // Settle returns the change recording the rollout of next.ContentHash as done when df takes
-// plain (not progressive) rollouts, is not silent, and has no pod; nil otherwise.
+// plain (not progressive) rollouts, is not silent, and has no pod; nil otherwise. A Decofile
+// whose last rollout had pods is left to the rollout controller without a listing: it most
+// likely has pods still, and the rollout lists them anyway.
 func (s Settler) Settle(ctx context.Context, df *decov1alpha1.Decofile, next *decov1alpha1.DecofileStatus) (func(*decov1alpha1.Decofile) bool, error) {
 	hash := next.ContentHash
 	if df.Spec.Silent || df.Spec.Rollout != nil || !df.TargetOrDefault().Supported() ||
-		hash == "" || hash == next.NotifiedHash || (next.Rollout != nil && next.Rollout.FailedHash == hash) {
+		hash == "" || hash == next.NotifiedHash {
+		return nil, nil
+	}
+	if ro := next.Rollout; ro != nil && (ro.Total > 0 || ro.FailedHash == hash) {
 		return nil, nil
 	}
 	if has, err := hasPods(ctx, s.Reader, df); err != nil || has {
