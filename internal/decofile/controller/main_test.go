@@ -160,6 +160,12 @@ func ready(df *decov1.Decofile) *metav1.Condition {
 	return meta.FindStatusCondition(df.Status.Conditions, decov1.ConditionReady)
 }
 
+// isReady reports whether the Decofile key is Ready now.
+func (e *env) isReady(key client.ObjectKey) bool {
+	var df decov1.Decofile
+	return e.c.Client.Get(context.Background(), key, &df) == nil && meta.IsStatusConditionTrue(df.Status.Conditions, decov1.ConditionReady)
+}
+
 // update applies change to the Decofile, retrying on conflicts.
 func (e *env) update(t *testing.T, ns, name string, change func(*decov1.Decofile)) {
 	t.Helper()

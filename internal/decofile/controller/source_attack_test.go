@@ -429,13 +429,8 @@ func TestHangingHostsOfTwoTenantsAsTenants(t *testing.T) {
 		n := held.Load()
 		most = max(most, n)
 		samples++
-		if delivered == 0 {
-			var df decov1.Decofile
-			if err := e.c.Client.Get(context.Background(), client.ObjectKey{Namespace: victim.Namespace, Name: "site"}, &df); err == nil {
-				if c := ready(&df); c != nil && c.Status == metav1.ConditionTrue {
-					delivered = time.Since(start)
-				}
-			}
+		if delivered == 0 && e.isReady(client.ObjectKey{Namespace: victim.Namespace, Name: "site"}) {
+			delivered = time.Since(start)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -479,11 +474,8 @@ func TestRetrievalsLeaveWorkersToInlineAsTenants(t *testing.T) {
 	delivered := time.Duration(0)
 	for delivered == 0 && time.Since(started) < sourceTimeout {
 		most = max(most, held.Load())
-		var got decov1.Decofile
-		if err := e.c.Client.Get(context.Background(), client.ObjectKeyFromObject(df), &got); err == nil {
-			if c := ready(&got); c != nil && c.Status == metav1.ConditionTrue {
-				delivered = time.Since(started)
-			}
+		if e.isReady(client.ObjectKeyFromObject(df)) {
+			delivered = time.Since(started)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
