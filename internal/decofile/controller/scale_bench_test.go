@@ -39,7 +39,9 @@ var (
 	scaleNamespaces = max(1, scaleDecofiles/10)
 )
 
-const scaleBytes = 50 << 10
+// scaleBytes is the inline content of each Decofile; SITEOPS_SCALE_BYTES changes it to tell the
+// costs that grow with the content from those that do not.
+var scaleBytes = scaleFromEnv("SITEOPS_SCALE_BYTES", 50<<10)
 
 func scaleFromEnv(name string, def int) int {
 	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
