@@ -24,9 +24,21 @@ import (
 // owned by another object is a ConfigMapConflict; one with no controller at all is returned with
 // that error too, so that store may still adopt it when it holds exactly the built content (a
 // ConfigMap written by the published operator, v0.11).
-func (r *Reconciler) configMap(ctx context.Context, df *decov1.Decofile) (*corev1.ConfigMap, error) {
+//
+// Unless fresh, the manager's cache (ConfigMaps are cached metadata only) is asked first: one it
+// does not have is taken as absent without a read, the common case of a new Decofile. One it
+// does not have yet makes the create fail with AlreadyExists, and deliver reads again, fresh.
+func (r *Reconciler) configMap(ctx context.Context, df *decov1.Decofile, fresh bool) (*corev1.ConfigMap, error) {
+	key := client.ObjectKey{Namespace: df.Namespace, Name: df.ConfigMapName()}
+	if !fresh {
+		cached := &metav1.PartialObjectMetadata{}
+		cached.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+		if err := r.client.Get(ctx, key, cached); apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+	}
 	var cm corev1.ConfigMap
-	err := r.reader.Get(ctx, client.ObjectKey{Namespace: df.Namespace, Name: df.ConfigMapName()}, &cm)
+	err := r.reader.Get(ctx, key, &cm)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}

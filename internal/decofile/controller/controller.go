@@ -378,7 +378,21 @@ func (r *Reconciler) deliver(ctx context.Context, df *decov1.Decofile, next *dec
 		}
 		return outcome{reason: ReasonS3NotConfigured, err: errors.New("spec.target is s3 but this operator has no S3 target configured (--s3-bucket is not set); use target: configmap, or configure the operator's --s3-* flags")}
 	}
-	cm, conflict := r.configMap(ctx, df)
+	try := next.DeepCopy()
+	out := r.deliverConfigMap(ctx, df, try, false)
+	if apierrors.IsAlreadyExists(out.err) {
+		// Created since the cache was filled or by someone else: read it and decide again.
+		try = next.DeepCopy()
+		out = r.deliverConfigMap(ctx, df, try, true)
+	}
+	*next = *try
+	return out
+}
+
+// deliverConfigMap is deliver to the ConfigMap target; fresh reads the ConfigMap from the API
+// server even when the cache has none.
+func (r *Reconciler) deliverConfigMap(ctx context.Context, df *decov1.Decofile, next *decov1.DecofileStatus, fresh bool) outcome {
+	cm, conflict := r.configMap(ctx, df, fresh)
 	if conflict != nil && cm == nil {
 		return fail(conflict)
 	}
