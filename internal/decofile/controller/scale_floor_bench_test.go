@@ -59,21 +59,19 @@ func BenchmarkColdStartFloor(b *testing.B) {
 	}
 }
 
-// writeEach writes, for every Decofile in the namespaces named prefix-*, its ConfigMap (when
+// writeEach writes, for every Decofile in the namespaces createScaleDecofiles made for prefix, its ConfigMap (when
 // withConfigMap) and a Ready status, and returns the time it took and the CPU the API server and
 // etcd used meanwhile.
 func writeEach(b *testing.B, cl client.Client, sw *controller.StatusWriter, prefix string, withConfigMap bool) (time.Duration, time.Duration) {
 	b.Helper()
 	ctx := context.Background()
-	var list decov1.DecofileList
-	if err := cl.List(ctx, &list); err != nil {
-		b.Fatal(err)
-	}
 	var mine []decov1.Decofile
-	for _, df := range list.Items {
-		if len(df.Namespace) > len(prefix) && df.Namespace[:len(prefix)+1] == prefix+"-" {
-			mine = append(mine, df)
+	for i := range scaleNamespaces {
+		var list decov1.DecofileList
+		if err := cl.List(ctx, &list, client.InNamespace(fmt.Sprintf("%s-%d", prefix, i))); err != nil {
+			b.Fatal(err)
 		}
+		mine = append(mine, list.Items...)
 	}
 	if len(mine) != scaleDecofiles {
 		b.Fatalf("found %d Decofiles under %s, want %d", len(mine), prefix, scaleDecofiles)
