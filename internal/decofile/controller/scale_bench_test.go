@@ -61,18 +61,7 @@ func scaleFromEnv(name string, def int) int {
 // failover does, and reports the time until it has looked at every Decofile once (restart-s)
 // and the requests it sent for that.
 func BenchmarkColdStart(b *testing.B) {
-	if testing.Short() {
-		b.Skip("needs the local API server")
-	}
-	c := testenv.APIServer(b)
-	// As ctrl.GetConfig gives the siteops-manager command: no client-side rate limit (the API
-	// server's priority and fairness applies). The setup's client has none either.
-	cfg := rest.CopyConfig(c.Config)
-	cfg.QPS = -1
-	cl, err := client.New(cfg, client.Options{Scheme: c.Scheme})
-	if err != nil {
-		b.Fatal(err)
-	}
+	cfg, cl := scaleClient(b)
 	for i := 0; i < b.N; i++ {
 		prefix := fmt.Sprintf("scale%d", i)
 		created := time.Now()
@@ -160,6 +149,24 @@ func BenchmarkColdStart(b *testing.B) {
 		b.Logf("API requests of the restarted manager by verb and resource: %s", restartByKind)
 		b.StartTimer()
 	}
+}
+
+// scaleClient is the scale benchmarks' admin config and client on the shared local API server,
+// with no client-side rate limit, as ctrl.GetConfig gives the siteops-manager command (the API
+// server's priority and fairness applies).
+func scaleClient(b *testing.B) (*rest.Config, client.Client) {
+	b.Helper()
+	if testing.Short() {
+		b.Skip("needs the local API server")
+	}
+	c := testenv.APIServer(b)
+	cfg := rest.CopyConfig(c.Config)
+	cfg.QPS = -1
+	cl, err := client.New(cfg, client.Options{Scheme: c.Scheme})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return cfg, cl
 }
 
 // restartManager starts a second manager like the first, as after an upgrade or a failover,

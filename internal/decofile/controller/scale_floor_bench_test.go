@@ -12,13 +12,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/decofile/controller"
 	"github.com/siteops/siteops/internal/decofile/encode"
-	"github.com/siteops/siteops/internal/testenv"
 )
 
 // BenchmarkColdStartFloor is the least any delivery of BenchmarkColdStart's Decofiles costs the
@@ -28,16 +26,7 @@ import (
 // than this on the same machine; it reports the time (floor-s), and that of the status writes
 // alone (status-floor-s) on a second set of Decofiles.
 func BenchmarkColdStartFloor(b *testing.B) {
-	if testing.Short() {
-		b.Skip("needs the local API server")
-	}
-	c := testenv.APIServer(b)
-	cfg := rest.CopyConfig(c.Config)
-	cfg.QPS = -1
-	cl, err := client.New(cfg, client.Options{Scheme: c.Scheme})
-	if err != nil {
-		b.Fatal(err)
-	}
+	cfg, cl := scaleClient(b)
 	sw, err := controller.NewStatusWriter(cfg, nil)
 	if err != nil {
 		b.Fatal(err)
