@@ -29,6 +29,19 @@ func (c cacheWithoutConfigMaps) Get(ctx context.Context, key client.ObjectKey, o
 	return c.Client.Get(ctx, key, obj, opts...)
 }
 
+// configMapReads counts the ConfigMaps read from the API server.
+type configMapReads struct {
+	client.Reader
+	n int
+}
+
+func (r *configMapReads) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*corev1.ConfigMap); ok {
+		r.n++
+	}
+	return r.Reader.Get(ctx, key, obj, opts...)
+}
+
 // TestConfigMapTheCacheHasNotSeen: a ConfigMap the manager's cache does not have yet is created
 // without a read; when it exists after all, the create's AlreadyExists sends the delivery back to
 // read it, so it is judged as if it had been read first: someone else's is a conflict and left
@@ -37,7 +50,8 @@ func TestConfigMapTheCacheHasNotSeen(t *testing.T) {
 	c := testenv.APIServer(t)
 	ctx := context.Background()
 	ns := c.Namespace(t, "cm-cache", nil)
-	r := &Reconciler{client: cacheWithoutConfigMaps{c.Client}, reader: c.Client, now: time.Now}
+	reads := &configMapReads{Reader: c.Client}
+	r := &Reconciler{client: cacheWithoutConfigMaps{c.Client}, reader: reads, now: time.Now}
 	content := `{"title":"Home"}`
 
 	newDecofile := func(name string) *decov1.Decofile {
@@ -71,6 +85,9 @@ func TestConfigMapTheCacheHasNotSeen(t *testing.T) {
 	if after.ResourceVersion != cm.ResourceVersion {
 		t.Fatal("someone else's ConfigMap was written")
 	}
+	if reads.n != 1 {
+		t.Fatalf("someone else's ConfigMap read %d times, want once, after the create met it", reads.n)
+	}
 
 	// A v0.11 ConfigMap with this very content: adopted.
 	same := newDecofile("same")
@@ -89,7 +106,11 @@ func TestConfigMapTheCacheHasNotSeen(t *testing.T) {
 
 	// None at all: created, without a read.
 	fresh := newDecofile("fresh")
+	reads.n = 0
 	if out := r.deliver(ctx, fresh, fresh.Status.DeepCopy()); out.err != nil || !out.changed {
 		t.Fatalf("without a ConfigMap: changed %v, err %v", out.changed, out.err)
+	}
+	if reads.n != 0 {
+		t.Fatalf("without a ConfigMap: read it %d times from the API server, want none", reads.n)
 	}
 }
