@@ -80,7 +80,7 @@ func (w *StatusWriter) Write(ctx context.Context, df metav1.Object, old, next *d
 	raw, err := w.rest.Put().Namespace(df.GetNamespace()).Resource("decofiles").Name(df.GetName()).SubResource("status").
 		SetHeader("Accept", metadataOnly).Body(body).Do(ctx).Raw()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("update the status of Decofile %s/%s: %w", df.GetNamespace(), df.GetName(), err)
 	}
 	var written metav1.PartialObjectMetadata
 	if err := json.Unmarshal(raw, &written); err != nil {

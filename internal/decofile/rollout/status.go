@@ -2,7 +2,6 @@ package rollout
 
 import (
 	"context"
-	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -90,14 +89,11 @@ func (r *Reconciler) patchStatus(ctx context.Context, key client.ObjectKey, muta
 		if !mutate(d) {
 			return nil
 		}
-		rv, err := r.status.Write(ctx, d, old, &d.Status)
-		if err != nil {
-			return fmt.Errorf("write the status of Decofile %s: %w", key, err)
-		}
+		rv, err := r.status.Write(ctx, d, old, &d.Status) // its error names the Decofile
 		if rv != "" {
 			r.written.Store(key, rv)
 		}
-		return nil
+		return err
 	})
 }
 
