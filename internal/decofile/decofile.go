@@ -169,7 +169,7 @@ func (o *Options) bindDeliveryFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&d.GitHubAppPrivateKeyFile, "github-app-private-key-file", d.GitHubAppPrivateKeyFile, "PEM private key of the GitHub App named by --github-app-id (mount it from a Secret)")
 	fs.DurationVar(&d.SourceTimeout, "source-timeout", orDefault(d.SourceTimeout, source.DefaultTimeout), "time one network operation of a Decofile source (resolving a ref, downloading content) may take")
 	fs.IntVar(&d.SourcePerRemote, "source-per-remote", orDefault(d.SourcePerRemote, source.DefaultPerRemote), "retrievals from one git host or GitHub repository at once")
-	fs.IntVar(&d.SourcePerNamespace, "source-per-namespace", orDefault(d.SourcePerNamespace, source.DefaultPerTenant), "retrievals for one namespace at once, from any remote (keep it below --decofile-concurrency)")
+	fs.IntVar(&d.SourcePerNamespace, "source-per-namespace", orDefault(d.SourcePerNamespace, source.DefaultPerTenant), "retrievals for one namespace at once, from any remote (keep it below --source-concurrency)")
 	fs.DurationVar(&d.SourceSlowAfter, "source-slow-after", orDefault(d.SourceSlowAfter, source.DefaultSlowAfter), "how long a retrieval may take before its remote counts as slow for its namespace (slow retrievals share one slot of the remote and never wait)")
 	fs.DurationVar(&d.SourceHangAfter, "source-hang-after", orDefault(d.SourceHangAfter, source.DefaultHangAfter), "how long a retrieval may take before its namespace counts as hanging for ten minutes (hanging namespaces share one slot on all remotes); at most --source-timeout")
 	fs.StringSliceVar(&d.SourceAllowedSchemes, "source-allowed-schemes", orDefaultSlice(d.SourceAllowedSchemes, egress.DefaultSchemes), "URL schemes Decofile sources may use (https, ssh, http, file)")
