@@ -24,8 +24,8 @@ var DeniedCommands = []string{"scan", "randomkey", "dbsize", "keys", "flushall",
 type User struct {
 	// Name is the ACL username.
 	Name string
-	// Password is the current password, given in clear. A resync does not know it and sets
-	// PasswordHash instead.
+	// Password is the current password, given in clear; only its digest is ever sent. A resync
+	// does not know it and sets PasswordHash instead.
 	Password string
 	// PasswordHash is the SHA-256 hex digest of the current password; used when Password is empty.
 	PasswordHash string
@@ -85,13 +85,10 @@ func (u User) Hashes() []string {
 // does not depend on what the node had before: the rule is declarative, and a resync never adds up
 // permissions from older versions of the rule.
 func SetUserArgs(u User) []any {
-	args := []any{"acl", "setuser", u.Name, "reset", "on"}
-	if u.Password != "" {
-		args = append(args, ">"+u.Password)
-	} else {
-		args = append(args, "#"+u.PasswordHash)
-	}
 	current := u.CurrentHash()
+	// Only digests go to a node, never a password it could log in with elsewhere: the node may
+	// not be ours (a master a tampered Sentinel reports).
+	args := []any{"acl", "setuser", u.Name, "reset", "on", "#" + current}
 	for _, h := range u.RetiredHashes {
 		if h != current {
 			args = append(args, "#"+h)
