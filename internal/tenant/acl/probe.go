@@ -20,7 +20,8 @@ type Probe struct {
 
 // Probes returns the commands a tenant user must never be allowed to run: reading and writing
 // a key of another tenant (foreign is that tenant's username), enumerating or wiping the shared
-// keyspace, running scripts, reading the server's configuration and publishing.
+// keyspace, running scripts, reading the server's configuration, publishing, and client-side
+// caching's tracking, whose broadcast mode names every key written on the node.
 func Probes(foreign string) []Probe {
 	key := foreign + ":isolation-probe"
 	return []Probe{
@@ -32,6 +33,7 @@ func Probes(foreign string) []Probe {
 		{"EVAL", []any{"eval", "return 1", "0"}},
 		{"CONFIG GET", []any{"config", "get", "maxmemory"}},
 		{"PUBLISH", []any{"publish", key, "x"}},
+		{"CLIENT TRACKING", []any{"client", "tracking", "on", "bcast"}},
 	}
 }
 
@@ -53,7 +55,7 @@ type ProofResult struct {
 }
 
 // ProveNode asks the node, with ACL DRYRUN, whether each user could run any of the Probes, all
-// in one pipeline (about 8 commands per user, answered in microseconds each). The foreign key of
+// in one pipeline (about 9 commands per user, answered in microseconds each). The foreign key of
 // each user belongs to the next user in the list, so every proof is a real cross-tenant read. A
 // user the node does not know is skipped: Sync reports it.
 func (n *NodeSet) ProveNode(ctx context.Context, node Node, users []string) ProofResult {

@@ -76,3 +76,25 @@ func TestSyncNodeReportsEachUser(t *testing.T) {
 		t.Fatalf("Result: err %v, user errors %v", res.Err(), res.UserErrors())
 	}
 }
+
+// TestProveNodeFindsTracking: a rule that allows CLIENT TRACKING lets its user learn every key
+// name written on the node; the proof must flag it although the key patterns are untouched.
+func TestProveNodeFindsTracking(t *testing.T) {
+	set, ns := newSet(t, 0)
+	ctx := context.Background()
+	if err := ns.Upsert(ctx, []User{{Name: "loja", Password: "pa"}, {Name: "outra", Password: "pb"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: set.Master.Addr, Password: adminPassword, Protocol: 2})
+	defer c.Close()
+	if err := c.Do(ctx, "acl", "setuser", "loja", "+client|tracking").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := ns.ProveNode(ctx, Node{Addr: set.Master.Addr, Role: RoleMaster}, []string{"loja", "outra"})
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if want := []Violation{{User: "loja", Probe: "CLIENT TRACKING"}}; !slices.Equal(r.Violations, want) {
+		t.Fatalf("violations %+v, want %+v", r.Violations, want)
+	}
+}

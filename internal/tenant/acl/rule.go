@@ -18,7 +18,11 @@ import (
 // enumerate or wipe the shared keyspace, or read or change the server. Most are @dangerous or
 // @admin, which the rule denies as a whole; they are named again so the rule stays safe should a
 // server version file one of them elsewhere. SCAN, RANDOMKEY and DBSIZE are in neither category.
-var DeniedCommands = []string{"scan", "randomkey", "dbsize", "keys", "flushall", "flushdb", "swapdb", "config", "debug", "monitor"}
+// CLIENT TRACKING is @connection: its broadcast mode pushes the name of every key written, whatever
+// the client's key patterns, so it and CLIENT CACHING (which only serves it) are refused too. The
+// rest of @connection that reaches other clients (CLIENT LIST, KILL, PAUSE, UNBLOCK, NO-EVICT) is
+// @admin or @dangerous on Redis 7.0; CLIENT INFO, ID and GETNAME describe only the caller.
+var DeniedCommands = []string{"scan", "randomkey", "dbsize", "keys", "flushall", "flushdb", "swapdb", "config", "debug", "monitor", "client|tracking", "client|caching"}
 
 // User is a tenant ACL user with the passwords that must be accepted.
 type User struct {
