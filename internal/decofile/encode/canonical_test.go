@@ -90,3 +90,34 @@ func FuzzCanonical(f *testing.F) {
 		}
 	})
 }
+
+// TestMeasureRefusesPastBounds: the scan stops at the first bound passed, naming it, before
+// anything is decoded; content within the bounds merges as before.
+func TestMeasureRefusesPastBounds(t *testing.T) {
+	b := Bounds{Members: 6, Depth: 3, Bytes: 1 << 20}
+	for _, c := range []struct {
+		raw   string
+		bound string
+	}{
+		{`{"a":[1,2,3],"b":{"c":"x,y,{"}}`, ""},
+		{`{"a":[1,2,3,4],"b":{"c":1}}`, BoundMembers},
+		{`[[[[1]]]]`, BoundDepth},
+		{`{"s":"[[[[[[\"]]]]"}`, ""},
+	} {
+		_, err := MergeWithin(map[string]json.RawMessage{"x": json.RawMessage(c.raw)}, b)
+		var be *BoundError
+		switch {
+		case c.bound == "" && err != nil:
+			t.Errorf("%s: %v", c.raw, err)
+		case c.bound != "" && (!errors.As(err, &be) || be.Bound != c.bound):
+			t.Errorf("%s: want the %s bound, got %v", c.raw, c.bound, err)
+		}
+	}
+	// Re-encoded strings grow (U+2028 takes 6 bytes escaped): the output is bounded too.
+	grow := `"` + strings.Repeat("\u2028", 100) + `"`
+	_, err := MergeWithin(map[string]json.RawMessage{"x": json.RawMessage(grow)}, Bounds{Bytes: int64(len(grow) + 20)})
+	var be *BoundError
+	if !errors.As(err, &be) || be.Bound != BoundBytes {
+		t.Fatalf("want the bytes bound, got %v", err)
+	}
+}

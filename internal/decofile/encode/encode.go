@@ -12,11 +12,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"runtime"
+	"math"
+	"math/bits"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/andybalholm/brotli"
@@ -72,6 +71,14 @@ type Options struct {
 	Limit int
 	// Levels is the brotli escalation ladder; nil means DefaultLevels.
 	Levels []Level
+	// Admit, when set, is called before each compression with the memory it is estimated to
+	// hold (CompressMemory); it returns once that much may be used, with the function that
+	// gives it back, or an error that ends Encode.
+	Admit func(bytes int64) (release func(), err error)
+	// MaxMemory, when set, is the most one compression may hold (CompressMemory): stronger
+	// levels that would need more are not tried, and content that only they could fit is too
+	// large.
+	MaxMemory int64
 }
 
 func (o Options) withDefaults() Options {
@@ -119,6 +126,9 @@ type TooLargeError struct {
 	// Bounded says StoredBytes is the quick probe's size, more than MaxGain times Limit: the
 	// stronger levels were not tried.
 	Bounded bool
+	// MemoryBound says stronger levels were not tried because they would need more memory
+	// than Options.MaxMemory; StoredBytes is the smallest size of the levels tried (-1: none).
+	MemoryBound bool
 }
 
 func (e *TooLargeError) Error() string {
@@ -126,44 +136,47 @@ func (e *TooLargeError) Error() string {
 		return fmt.Sprintf("the Decofile does not fit in a ConfigMap: %d bytes of JSON compress to %d bytes at a quick setting, more than %d times the %d-byte limit, beyond what the strongest setting gains; use spec.target: s3",
 			e.RawBytes, e.StoredBytes, MaxGain, e.Limit)
 	}
-	return fmt.Sprintf("the Decofile does not fit in a ConfigMap: %d bytes of JSON compress to %d bytes, over the %d-byte limit; use spec.target: s3",
+	if e.StoredBytes < 0 {
+		return fmt.Sprintf("the Decofile does not fit in a ConfigMap: its %d bytes of JSON are over the %d-byte limit, and compressing this much JSON needs more memory than the operator gives one compression; use spec.target: s3",
+			e.RawBytes, e.Limit)
+	}
+	msg := fmt.Sprintf("the Decofile does not fit in a ConfigMap: %d bytes of JSON compress to %d bytes, over the %d-byte limit; use spec.target: s3",
 		e.RawBytes, e.StoredBytes, e.Limit)
+	if e.MemoryBound {
+		msg += " (stronger compression of this much JSON needs more memory than the operator gives one compression)"
+	}
+	return msg
 }
 
-// Merge builds the canonical merged JSON of blocks: an object of block name → value, every
-// object's keys sorted, HTML characters (& < >) not escaped, no insignificant whitespace.
-// Blocks are canonicalised in parallel: re-encoding is most of the cost of a large Decofile.
+// Merge builds the canonical merged JSON of blocks within DefaultBounds: an object of block
+// name → value, every object's keys sorted, HTML characters (& < >) not escaped, no
+// insignificant whitespace.
 func Merge(blocks map[string]json.RawMessage) ([]byte, error) {
+	return MergeWithin(blocks, DefaultBounds)
+}
+
+// MergeWithin is Merge within b: every block is measured first (a *BoundError when they are
+// past b, before anything is decoded), then canonicalised one after another straight into the
+// one output buffer, so what is held besides the blocks is the output and the member records of
+// one block.
+func MergeWithin(blocks map[string]json.RawMessage, b Bounds) ([]byte, error) {
+	b = b.withDefaults()
 	names := make([]string, 0, len(blocks))
-	for n := range blocks {
+	size := int64(2)
+	var shape Shape
+	for n, v := range blocks {
 		names = append(names, n)
+		size += int64(len(n) + len(v) + 4)
 	}
 	slices.Sort(names)
-	values := make([][]byte, len(names))
-	errs := make([]error, len(names))
-	next := atomic.Int64{}
-	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), len(names)) {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(names) {
-					return
-				}
-				values[i], errs[i] = Canonical(blocks[names[i]])
-			}
-		})
-	}
-	wg.Wait()
-	size := 2
-	for i, n := range names {
-		if errs[i] != nil {
-			return nil, fmt.Errorf("block %q: %w", n, errs[i])
+	for _, n := range names {
+		var err error
+		if shape, err = Measure(blocks[n], b, shape); err != nil {
+			return nil, fmt.Errorf("block %q: %w", n, err)
 		}
-		size += len(n) + len(values[i]) + 8
 	}
 	var buf bytes.Buffer
-	buf.Grow(size)
+	buf.Grow(int(min(size, b.Bytes+1)))
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	buf.WriteByte('{')
@@ -176,9 +189,14 @@ func Merge(blocks map[string]json.RawMessage) ([]byte, error) {
 		}
 		trimNewline(&buf)
 		buf.WriteByte(':')
-		buf.Write(values[i])
+		if err := canonicalInto(&buf, blocks[n], b.Depth, int(b.Bytes)); err != nil {
+			return nil, fmt.Errorf("block %q: %w", n, err)
+		}
 	}
 	buf.WriteByte('}')
+	if int64(buf.Len()) > b.Bytes {
+		return nil, &BoundError{Bound: BoundBytes, Limit: b.Bytes, Found: int64(buf.Len())}
+	}
 	return buf.Bytes(), nil
 }
 
@@ -211,66 +229,149 @@ func Fits(n, limit int) bool { return n+timestampReserve <= limit }
 // and fits, otherwise base64 of brotli, trying each level of the ladder until the result fits.
 // When nothing fits it returns a *TooLargeError with the smallest size reached. Large content
 // is first compressed at Probe: when that is more than MaxGain times the limit, no level would
-// fit and the expensive ones (seconds per megabyte at the strongest) are not run.
+// fit and the expensive ones (seconds per megabyte at the strongest) are not run. Compressed
+// forms that do not fit are counted, never kept, so what Encode holds besides merged is the
+// compressor's state (Options.Admit bounds it) and at most one stored value.
 func Encode(merged []byte, o Options) (*Result, error) {
 	o = o.withDefaults()
 	start := time.Now()
 	if len(merged) <= o.Threshold && Fits(len(merged), o.Limit) {
 		return &Result{Format: decov1.FormatJSON, Key: decov1.KeyJSON, Data: string(merged), RawBytes: len(merged), Duration: time.Since(start)}, nil
 	}
-	if err := probe(merged, o.Limit); err != nil {
+	if err := probe(merged, o); err != nil {
 		return nil, err
 	}
-	best := -1
+	best, skipped := -1, false
 	for i, lvl := range o.Levels {
-		data, err := Compress(merged, lvl)
+		if o.MaxMemory > 0 && CompressMemory(len(merged), lvl) > o.MaxMemory {
+			skipped = true
+			continue
+		}
+		data, size, err := compressAdmitted(merged, lvl, o.Limit, o.Admit)
 		if err != nil {
 			return nil, err
 		}
-		if Fits(len(data), o.Limit) {
-			return &Result{Format: decov1.FormatBin, Key: decov1.KeyBin, Data: data, RawBytes: len(merged), Level: lvl, Attempts: i + 1, Duration: time.Since(start)}, nil
+		if Fits(size, o.Limit) {
+			return &Result{Format: decov1.FormatBin, Key: decov1.KeyBin, Data: string(data), RawBytes: len(merged), Level: lvl, Attempts: i + 1, Duration: time.Since(start)}, nil
 		}
-		if best < 0 || len(data) < best {
-			best = len(data)
+		if best < 0 || size < best {
+			best = size
 		}
 	}
-	return nil, &TooLargeError{RawBytes: len(merged), StoredBytes: best, Limit: o.Limit - timestampReserve}
+	return nil, &TooLargeError{RawBytes: len(merged), StoredBytes: best, Limit: o.Limit - timestampReserve, MemoryBound: skipped}
 }
 
 // probe returns a *TooLargeError when the quick form of merged proves that no level fits.
 // Content whose probe could not exceed MaxGain times the limit (its base64 is at most 4/3 of
 // its size, plus a little) skips it.
-func probe(merged []byte, limit int) error {
-	budget := limit - timestampReserve
+func probe(merged []byte, o Options) error {
+	budget := o.Limit - timestampReserve
 	if len(merged)/3*4 <= MaxGain*budget {
 		return nil
 	}
-	data, err := Compress(merged, Probe)
+	if o.MaxMemory > 0 && CompressMemory(len(merged), Probe) > o.MaxMemory {
+		return nil // the levels are bounded the same way
+	}
+	_, size, err := compressAdmitted(merged, Probe, 0, o.Admit)
 	if err != nil {
 		return err
 	}
-	if len(data) <= MaxGain*budget {
+	if size <= MaxGain*budget {
 		return nil
 	}
-	return &TooLargeError{RawBytes: len(merged), StoredBytes: len(data), Limit: budget, Bounded: true}
+	return &TooLargeError{RawBytes: len(merged), StoredBytes: size, Limit: budget, Bounded: true}
+}
+
+// compressAdmitted is compress once admit (when set) let the level's state in.
+func compressAdmitted(data []byte, lvl Level, keep int, admit func(int64) (func(), error)) ([]byte, int, error) {
+	if admit != nil {
+		release, err := admit(CompressMemory(len(data), lvl))
+		if err != nil {
+			return nil, 0, err
+		}
+		defer release()
+	}
+	return compress(data, lvl, keep)
 }
 
 // Compress returns base64 (standard encoding) of the brotli form of data at lvl.
 func Compress(data []byte, lvl Level) (string, error) {
-	var b64 strings.Builder
-	b64.Grow(len(data) / 6)
-	enc := base64.NewEncoder(base64.StdEncoding, &b64)
-	w := brotli.NewWriterOptions(enc, brotli.WriterOptions{Quality: lvl.Quality, LGWin: lvl.LGWin})
+	out, _, err := compress(data, lvl, math.MaxInt)
+	return string(out), err
+}
+
+// compress returns base64 of the brotli form of data at lvl when it is at most keep bytes, and
+// its size in any case: a larger form is counted, not held.
+func compress(data []byte, lvl Level, keep int) ([]byte, int, error) {
+	sink := &boundedSink{keep: keep}
+	if keep >= len(data)/4 {
+		sink.buf = make([]byte, 0, len(data)/6)
+	}
+	enc := base64.NewEncoder(base64.StdEncoding, sink)
+	w := brotli.NewWriterOptions(enc, brotli.WriterOptions{Quality: lvl.Quality, LGWin: window(len(data), lvl.LGWin)})
 	if _, err := w.Write(data); err != nil {
-		return "", fmt.Errorf("brotli compress: %w", err)
+		return nil, 0, fmt.Errorf("brotli compress: %w", err)
 	}
 	if err := w.Close(); err != nil {
-		return "", fmt.Errorf("brotli compress: %w", err)
+		return nil, 0, fmt.Errorf("brotli compress: %w", err)
 	}
 	if err := enc.Close(); err != nil {
-		return "", fmt.Errorf("base64 encode: %w", err)
+		return nil, 0, fmt.Errorf("base64 encode: %w", err)
 	}
-	return b64.String(), nil
+	if sink.n > keep {
+		return nil, sink.n, nil
+	}
+	return sink.buf, sink.n, nil
+}
+
+// window is the brotli window for n bytes of input: lgwin, or less when the input is smaller
+// than the window (no match can reach further back than the input is long, and the
+// compressor's tables grow with the window: 128 MiB at 24 for the strongest quality).
+func window(n, lgwin int) int {
+	if lgwin <= 0 {
+		return lgwin
+	}
+	need := max(bits.Len(uint(max(n, 1)-1)), 16) // 64 KiB, brotli's smallest block, as the floor
+	return min(lgwin, need)
+}
+
+// boundedSink keeps the first keep bytes written to it and counts the rest.
+type boundedSink struct {
+	buf  []byte
+	keep int
+	n    int
+}
+
+func (s *boundedSink) Write(p []byte) (int, error) {
+	s.n += len(p)
+	if s.n <= s.keep {
+		s.buf = append(s.buf, p...)
+	} else {
+		s.buf = nil
+	}
+	return len(p), nil
+}
+
+// CompressMemory estimates the heap compressing n bytes at lvl holds besides its input, from
+// the window it uses (the input's size, at most lvl.LGWin): ring buffer and hash tables, and at
+// qualities 10 and 11 the binary-tree forest and the block optimiser. The constants fit what
+// peakmem measured on the sample content from 256 KiB to 64 MiB (GOGC=10), rounded up: quality
+// 2 at 16 MiB 36 MiB, quality 9 at 16 MiB 68 MiB, quality 11 at 16 MiB 213 MiB.
+func CompressMemory(n int, lvl Level) int64 {
+	lgwin := lvl.LGWin
+	if lgwin <= 0 {
+		lgwin = 22 // brotli's default
+	}
+	win := int64(1) << window(n, lgwin)
+	size := int64(n)
+	switch {
+	case lvl.Quality >= 10:
+		return 10*win + 40<<20 + 2*size
+	case lvl.Quality >= 5:
+		return 56<<20 + 2*win + size/3
+	default:
+		return 5*win + 2<<20
+	}
 }
 
 // Decode returns the merged JSON held by a stored value of the given format, reading at most
