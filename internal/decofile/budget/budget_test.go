@@ -1,0 +1,53 @@
+package budget
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestNamespaceShare: one namespace holds at most its share while others wait for nothing; a
+// request over the share runs alone in its namespace; one over the total is refused at once.
+func TestNamespaceShare(t *testing.T) {
+	ctx := context.Background()
+	b := New(100, 50)
+	r1, err := b.Acquire(ctx, "a", 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := b.Acquire(short, "a", 30); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("namespace a past its share of 50: want a wait that times out, got %v", err)
+	}
+	r2, err := b.Acquire(ctx, "b", 50)
+	if err != nil {
+		t.Fatalf("namespace b within its share: %v", err)
+	}
+	r1()
+	r1() // twice is harmless
+	r2()
+	if b.Used() != 0 {
+		t.Fatalf("used after release: %d", b.Used())
+	}
+	big, err := b.Acquire(ctx, "a", 80)
+	if err != nil {
+		t.Fatalf("a request over the share in an idle namespace: %v", err)
+	}
+	short2, cancel2 := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel2()
+	if _, err := b.Acquire(short2, "b", 30); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("namespace b past the total: want a wait that times out, got %v", err)
+	}
+	big()
+	if r, err := b.Acquire(ctx, "b", 30); err != nil {
+		t.Fatalf("after the release: %v", err)
+	} else {
+		r()
+	}
+	var tl *TooLargeError
+	if _, err := b.Acquire(ctx, "a", 101); !errors.As(err, &tl) || tl.Want != 101 || tl.Total != 100 {
+		t.Fatalf("over the total: want a TooLargeError, got %v", err)
+	}
+}
