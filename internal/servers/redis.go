@@ -25,6 +25,8 @@ type RedisOptions struct {
 	ReplicaOf string
 	// Password of the default user (requirepass and masterauth); empty means none.
 	Password string
+	// Config are extra redis.conf lines, such as the limits a node shared by tenants needs.
+	Config []string
 }
 
 // StartRedis starts a redis-server without persistence and waits until it answers PING.
@@ -63,6 +65,7 @@ func StartRedis(ctx context.Context, o RedisOptions) (*Process, error) {
 	if o.Password != "" {
 		lines = append(lines, "masterauth "+o.Password)
 	}
+	lines = append(lines, o.Config...)
 	if o.ReplicaOf != "" {
 		host, port, err := net.SplitHostPort(o.ReplicaOf)
 		if err != nil {
@@ -145,6 +148,8 @@ type SentinelSetOptions struct {
 	Password string
 	// Host every server of the set binds and is announced at; default 127.0.0.1.
 	Host string
+	// NodeConfig are extra redis.conf lines for the master and every replica.
+	NodeConfig []string
 }
 
 // StartSentinelSet starts a master, its replicas and Sentinels on o.Host, and waits until every
@@ -168,13 +173,13 @@ func StartSentinelSet(ctx context.Context, o SentinelSetOptions) (*SentinelSet, 
 	set := &SentinelSet{MasterName: o.MasterName}
 	fail := func(err error) (*SentinelSet, error) { set.Stop(); return nil, err }
 
-	master, err := StartRedis(ctx, RedisOptions{Dir: filepath.Join(o.Dir, "master"), Host: o.Host, Password: o.Password})
+	master, err := StartRedis(ctx, RedisOptions{Dir: filepath.Join(o.Dir, "master"), Host: o.Host, Password: o.Password, Config: o.NodeConfig})
 	if err != nil {
 		return fail(err)
 	}
 	set.Master = master
 	for i := 0; i < o.Replicas; i++ {
-		r, err := StartRedis(ctx, RedisOptions{Dir: filepath.Join(o.Dir, "replica-"+strconv.Itoa(i)), Host: o.Host, ReplicaOf: master.Addr, Password: o.Password})
+		r, err := StartRedis(ctx, RedisOptions{Dir: filepath.Join(o.Dir, "replica-"+strconv.Itoa(i)), Host: o.Host, ReplicaOf: master.Addr, Password: o.Password, Config: o.NodeConfig})
 		if err != nil {
 			return fail(err)
 		}
