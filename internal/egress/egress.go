@@ -26,7 +26,7 @@ var DefaultSchemes = []string{"https", "ssh"}
 
 // Settings name the configuration a refusal tells the platform team to change.
 type Settings struct {
-	// Hosts lists hosts, host:port pairs and CIDRs allowed even when private or loopback.
+	// Hosts lists host:port pairs, hosts and CIDRs allowed even when private or loopback.
 	Hosts string
 	// Private opens every private network (RFC 1918, fc00::/7, 100.64.0.0/10).
 	Private string
@@ -38,8 +38,8 @@ type Settings struct {
 type Config struct {
 	// Schemes allowed in URLs; empty means DefaultSchemes.
 	Schemes []string
-	// Hosts are allowed whatever address they resolve to: "host" (any port), "host:port", an IP,
-	// "ip:port", or a CIDR such as "10.1.0.0/16".
+	// Hosts are allowed whatever address they resolve to: "host:port" or "ip:port" (that port
+	// only, what refusals suggest), or "host", an IP or a CIDR such as "10.1.0.0/16" (every port).
 	Hosts []string
 	// AllowPrivate allows private networks (RFC 1918, fc00::/7, 100.64.0.0/10). Loopback,
 	// link-local, unspecified and multicast addresses stay refused unless listed in Hosts.
@@ -213,7 +213,8 @@ func (p *Policy) CheckAddr(host string, ip netip.Addr, port string) error {
 	if h := strings.Trim(host, "[]"); h != "" && h != ip.String() {
 		dest += " (" + h + ")"
 	}
-	how := fmt.Sprintf("add %s to %s", orDefault(host, ip.String()), orDefault(p.settings.Hosts, "the allowed hosts"))
+	// The suggestion names the port: a bare host would open every port of it.
+	how := fmt.Sprintf("add %s to %s", hostPort(orDefault(host, ip.String()), port), orDefault(p.settings.Hosts, "the allowed hosts"))
 	if class == "private" {
 		how += fmt.Sprintf(" or set %s", orDefault(p.settings.Private, "the allow-private-networks setting"))
 	}

@@ -3,10 +3,12 @@ package egress
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -72,6 +74,48 @@ func TestCheckAddr(t *testing.T) {
 	}
 }
 
+// TestRefusalSuggestsOnlyThatPort: the entry a refusal suggests allows the refused destination
+// and no other port of it; a bare host or IP, as before, allows every port.
+func TestRefusalSuggestsOnlyThatPort(t *testing.T) {
+	strict := MustNew(Config{Settings: names})
+	suggested := regexp.MustCompile(`add (\S+) to --hosts`)
+	for _, c := range []struct{ host, ip, port, want string }{
+		{"x", "127.0.0.1", "8080", "x:8080"},
+		{"127.0.0.1", "127.0.0.1", "8080", "127.0.0.1:8080"},
+		{"", "127.0.0.1", "8080", "127.0.0.1:8080"},
+		{"Git.Internal.", "10.0.0.1", "443", "git.internal:443"},
+		{"::1", "::1", "22", "[::1]:22"},
+		{"metadata", "169.254.169.254", "80", "metadata:80"},
+	} {
+		err := strict.CheckAddr(c.host, netip.MustParseAddr(c.ip), c.port)
+		m := suggested.FindStringSubmatch(fmt.Sprint(err))
+		if m == nil || m[1] != c.want {
+			t.Errorf("%s (%s):%s: %v; want it to suggest %s", c.host, c.ip, c.port, err, c.want)
+			continue
+		}
+		p, err := New(Config{Hosts: []string{m[1]}, Settings: names})
+		if err != nil {
+			t.Errorf("the suggested entry %q is not accepted: %v", m[1], err)
+			continue
+		}
+		if err := p.CheckAddr(c.host, netip.MustParseAddr(c.ip), c.port); err != nil {
+			t.Errorf("with %q: %s:%s still refused: %v", m[1], c.ip, c.port, err)
+		}
+		if err := p.CheckAddr(c.host, netip.MustParseAddr(c.ip), "6379"); err == nil {
+			t.Errorf("with %q: port 6379 of %s is allowed too", m[1], c.ip)
+		}
+	}
+	bare := MustNew(Config{Hosts: []string{"git.internal", "127.0.0.1"}, Settings: names})
+	for _, port := range []string{"443", "6379"} {
+		if err := bare.CheckAddr("git.internal", netip.MustParseAddr("10.0.0.1"), port); err != nil {
+			t.Errorf("a bare host no longer allows port %s: %v", port, err)
+		}
+		if err := bare.CheckAddr("x", netip.MustParseAddr("127.0.0.1"), port); err != nil {
+			t.Errorf("a bare IP no longer allows port %s: %v", port, err)
+		}
+	}
+}
+
 func TestNewRejectsBadEntries(t *testing.T) {
 	for _, c := range []Config{{Schemes: []string{"gopher"}}, {Hosts: []string{"a/b"}}, {Hosts: []string{"host:port"}}, {Hosts: []string{"u@h"}}} {
 		if _, err := New(c); err == nil {
@@ -113,7 +157,7 @@ func TestDialChecksTheConnectedAddress(t *testing.T) {
 	strict := MustNew(Config{Settings: names})
 	_, err = strict.DialContext(ctx, "tcp", net.JoinHostPort("localhost", port))
 	var r *Refused
-	if !errors.As(err, &r) || r.What != "loopback" || !strings.Contains(err.Error(), "add localhost to --hosts") {
+	if !errors.As(err, &r) || r.What != "loopback" || !strings.Contains(err.Error(), "add localhost:"+port+" to --hosts") {
 		t.Fatalf("dial localhost: %v", err)
 	}
 	allowed := MustNew(Config{Hosts: []string{"localhost"}})

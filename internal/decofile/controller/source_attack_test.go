@@ -182,7 +182,12 @@ func TestLoopbackRemoteRefusedAsTenant(t *testing.T) {
 		t.Fatal(err)
 	}
 	df := e.waitReady(t, tenant.Namespace, "refused", metav1.ConditionFalse, source.ReasonNotAllowed, nil)
-	for _, m := range []string{"loopback", refusedGitHost, "--source-allowed-hosts"} {
+	// The suggestion names the remote's host:port, not the bare host (which opens every port).
+	refused, err := url.Parse(urls[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"loopback", "add " + refused.Host + " to --source-allowed-hosts"} {
 		if !strings.Contains(ready(df).Message, m) {
 			t.Errorf("message %q does not mention %q", ready(df).Message, m)
 		}

@@ -87,9 +87,11 @@ func TestLoopbackAndPrivateURLsRefused(t *testing.T) {
 	repoURL, sha := pushedRepo(t, remote, "site", map[string]string{"b/a.json": `{"ok":true}`})
 	ctx := context.Background()
 
+	// The suggestion names the remote's port: a bare host would open every port of it.
+	host := strings.TrimPrefix(remote.BaseURL, "http://")
 	httpOnly := egress.MustNew(egress.Config{Schemes: []string{"http", "https"}, Settings: EgressSettings})
 	_, err := newGit(httpOnly, 10*time.Second, Limits{}).Resolve(ctx, repoURL, "main", nil)
-	wantReason(t, err, ReasonNotAllowed, "loopback", "--source-allowed-hosts")
+	wantReason(t, err, ReasonNotAllowed, "loopback", "add "+host+" to --source-allowed-hosts")
 	_, err = newGit(httpOnly, 10*time.Second, Limits{}).Fetch(ctx, repoURL, sha, sha, "b", nil)
 	wantReason(t, err, ReasonNotAllowed, "loopback", "--source-allowed-hosts")
 
@@ -97,7 +99,7 @@ func TestLoopbackAndPrivateURLsRefused(t *testing.T) {
 	// resolves to it only at connect time, as a rebinding name would.
 	private := egress.MustNew(egress.Config{Schemes: []string{"http"}, Settings: EgressSettings})
 	_, err = newGit(private, 10*time.Second, Limits{}).Resolve(ctx, "http://10.255.255.1:9/x.git", "main", nil)
-	wantReason(t, err, ReasonNotAllowed, "private", "--source-allowed-hosts", "--source-allow-private-networks")
+	wantReason(t, err, ReasonNotAllowed, "private", "add 10.255.255.1:9 to --source-allowed-hosts", "--source-allow-private-networks")
 
 	// Plain HTTP is not allowed by default.
 	_, err = newGit(nil, 10*time.Second, Limits{}).Resolve(ctx, repoURL, "main", nil)
@@ -105,7 +107,6 @@ func TestLoopbackAndPrivateURLsRefused(t *testing.T) {
 	_, err = newGit(nil, 10*time.Second, Limits{}).Resolve(ctx, "file:///etc", "main", nil)
 	wantReason(t, err, ReasonNotAllowed, `"file"`, "--source-allowed-schemes")
 
-	host := strings.TrimPrefix(remote.BaseURL, "http://")
 	allowed := egress.MustNew(egress.Config{Schemes: []string{"http"}, Hosts: []string{host}, Settings: EgressSettings})
 	got, err := newGit(allowed, 10*time.Second, Limits{}).Resolve(ctx, repoURL, "main", nil)
 	if err != nil || got != sha {
