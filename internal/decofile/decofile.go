@@ -179,6 +179,7 @@ func (o *Options) bindDeliveryFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&d.Limits.ArchiveBytes, "decofile-max-archive-bytes", orDefault(d.Limits.ArchiveBytes, source.DefaultLimits.ArchiveBytes), "largest source archive accepted")
 	fs.Int64Var(&d.Limits.DecompressedBytes, "decofile-max-content-bytes", orDefault(d.Limits.DecompressedBytes, source.DefaultLimits.DecompressedBytes), "most block-file bytes read from one source")
 	fs.IntVar(&d.Limits.Files, "decofile-max-files", orDefault(d.Limits.Files, source.DefaultLimits.Files), "most block files read from one source")
+	fs.IntVar(&d.Limits.Entries, "decofile-max-tree-entries", orDefault(d.Limits.Entries, source.DefaultLimits.Entries), "most files and folders looked at under a git source's folder (a folder met twice counts twice, so a tree bomb stops here)")
 	fs.IntVar(&d.Concurrency, "decofile-concurrency", orDefault(d.Concurrency, controller.DefaultMaxConcurrentReconciles), "Decofiles delivered at the same time")
 	fs.IntVar(&d.SourceConcurrency, "source-concurrency", orDefault(d.SourceConcurrency, controller.DefaultMaxConcurrentRetrievals), "Decofiles retrieving a remote source (github, git) at the same time, each holding up to --decofile-max-content-bytes until it is stored")
 }
@@ -226,7 +227,7 @@ func (o *Options) Validate() error {
 		errs = append(errs, errors.New("--notify-concurrency, --notify-attempts, --notify-pod-timeout, --notify-timeout and --notify-memory-bytes must be positive"))
 	}
 	d := o.Delivery
-	if d.CompressionThreshold < 0 || d.Limits.ArchiveBytes < 0 || d.Limits.DecompressedBytes < 0 || d.Limits.Files < 0 || d.Concurrency < 0 || d.SourceConcurrency < 0 {
+	if d.CompressionThreshold < 0 || d.Limits.ArchiveBytes < 0 || d.Limits.DecompressedBytes < 0 || d.Limits.Files < 0 || d.Limits.Entries < 0 || d.Concurrency < 0 || d.SourceConcurrency < 0 {
 		errs = append(errs, errors.New("--compression-threshold, --decofile-max-*, --decofile-concurrency and --source-concurrency must not be negative"))
 	}
 	if err := o.S3.Validate(); err != nil {

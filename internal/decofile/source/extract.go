@@ -25,14 +25,26 @@ import (
 type Limits struct {
 	// ArchiveBytes is the largest archive (or git pack) accepted.
 	ArchiveBytes int64
-	// DecompressedBytes is the most block-file content read in total.
+	// DecompressedBytes is the most block-file content read in total; for a git commit the
+	// folders walked count too.
 	DecompressedBytes int64
 	// Files is the most block files accepted.
 	Files int
+	// Entries is the most files and folders (block files or not) looked at under the block
+	// folder of a git commit or a file system; in a git commit a folder met twice counts twice.
+	// A ZIP archive's entries are bounded by ArchiveBytes.
+	Entries int
 }
 
 // DefaultLimits are the limits used when none are configured.
-var DefaultLimits = Limits{ArchiveBytes: 256 << 20, DecompressedBytes: 64 << 20, Files: 20_000}
+var DefaultLimits = Limits{ArchiveBytes: 256 << 20, DecompressedBytes: 64 << 20, Files: 20_000, Entries: 200_000}
+
+// Flag names of the content limits, named in the messages of refusals.
+const (
+	flagContentBytes = "--decofile-max-content-bytes"
+	flagFiles        = "--decofile-max-files"
+	flagEntries      = "--decofile-max-tree-entries"
+)
 
 func (l Limits) withDefaults() Limits {
 	if l.ArchiveBytes <= 0 {
@@ -44,6 +56,9 @@ func (l Limits) withDefaults() Limits {
 	if l.Files <= 0 {
 		l.Files = DefaultLimits.Files
 	}
+	if l.Entries <= 0 {
+		l.Entries = DefaultLimits.Entries
+	}
 	return l
 }
 
@@ -52,11 +67,12 @@ type Blocks map[string]json.RawMessage
 
 // collector gathers the .json files under one folder into Blocks, enforcing the limits.
 type collector struct {
-	prefix string // cleaned folder, "" for the root
-	limits Limits
-	bytes  int64
-	blocks Blocks
-	origin map[string]string // block name → file path, to name both files of a collision
+	prefix  string // cleaned folder, "" for the root
+	limits  Limits
+	bytes   int64
+	entries int // entries looked at, against limits.Entries
+	blocks  Blocks
+	origin  map[string]string // block name → file path, to name both files of a collision
 }
 
 func newCollector(folder string, l Limits) *collector {
@@ -96,7 +112,7 @@ func (c *collector) match(p string) bool {
 // add reads one block file of declared size (-1 when unknown) from open.
 func (c *collector) add(p string, size int64, open func() (io.ReadCloser, error)) error {
 	if len(c.blocks) >= c.limits.Files {
-		return &Error{Reason: ReasonLimitExceeded, Err: fmt.Errorf("more than %d block files under %q (limit: files)", c.limits.Files, c.prefix)}
+		return &Error{Reason: ReasonLimitExceeded, Err: fmt.Errorf("more than %d block files under %q (limit: files, %s)", c.limits.Files, c.prefix, flagFiles)}
 	}
 	left := c.limits.DecompressedBytes - c.bytes
 	if size > left {
@@ -134,7 +150,26 @@ func (c *collector) add(p string, size int64, open func() (io.ReadCloser, error)
 }
 
 func (c *collector) tooBig(observed int64) error {
-	return &Error{Reason: ReasonLimitExceeded, Err: fmt.Errorf("block files under %q hold at least %d bytes, over the %d-byte limit (limit: decompressed bytes)", c.prefix, observed, c.limits.DecompressedBytes)}
+	return &Error{Reason: ReasonLimitExceeded, Err: fmt.Errorf("block files under %q hold at least %d bytes, over the %d-byte limit (limit: decompressed bytes, %s)", c.prefix, observed, c.limits.DecompressedBytes, flagContentBytes)}
+}
+
+// charge counts n bytes read besides block files (a folder of a git commit) against the
+// content limit, before they are read.
+func (c *collector) charge(n int64) error {
+	if n > c.limits.DecompressedBytes-c.bytes {
+		return c.tooBig(c.bytes + n)
+	}
+	c.bytes += n
+	return nil
+}
+
+// visit counts one entry looked at against the entry limit.
+func (c *collector) visit() error {
+	c.entries++
+	if c.entries > c.limits.Entries {
+		return &Error{Reason: ReasonLimitExceeded, Err: fmt.Errorf("more than %d files and folders under %q (limit: tree entries, %s)", c.limits.Entries, c.prefix, flagEntries)}
+	}
+	return nil
 }
 
 func (c *collector) result() (Blocks, error) {
@@ -273,6 +308,9 @@ func ExtractFS(fsys fs.FS, folder string, l Limits) (Blocks, error) {
 				return nil // reported as "no block files" below
 			}
 			return &Error{Reason: ReasonInvalidArchive, Err: fmt.Errorf("read %s: %w", p, err)}
+		}
+		if err := c.visit(); err != nil {
+			return err
 		}
 		if d.IsDir() {
 			if d.Name() == ".git" {

@@ -12,11 +12,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-git/go-billy/v5/osfs"
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
-	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp"
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp/capability"
 	gitsideband "github.com/go-git/go-git/v5/plumbing/protocol/packp/sideband"
@@ -24,6 +24,7 @@ import (
 	gitfile "github.com/go-git/go-git/v5/plumbing/transport/file"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
+	"github.com/go-git/go-git/v5/storage/filesystem"
 
 	"github.com/siteops/siteops/internal/egress"
 )
@@ -185,7 +186,11 @@ func (g *Git) fetch(ctx context.Context, o *op, url, ref, sha, folder string, au
 		return nil, errorf(ReasonUnavailable, true, "create temporary folder: %w", err)
 	}
 	defer func() { _ = os.RemoveAll(tmp) }()
-	repo, err := git.PlainInit(filepath.Join(tmp, "repo.git"), true)
+	// Pack files stay open while the commit is read: the walk looks up objects one folder at a
+	// time, and each lookup would otherwise open the pack again.
+	st := filesystem.NewStorageWithOptions(osfs.New(filepath.Join(tmp, "repo.git")), cache.NewObjectLRUDefault(), filesystem.Options{KeepDescriptors: true})
+	defer func() { _ = st.Close() }()
+	repo, err := git.Init(st, nil)
 	if err != nil {
 		return nil, errorf(ReasonUnavailable, true, "create temporary repository: %w", err)
 	}
@@ -235,7 +240,12 @@ func (g *Git) fetch(ctx context.Context, o *op, url, ref, sha, folder string, au
 	if err != nil {
 		return nil, errorf(ReasonNotFound, false, "%s did not send commit %s", egress.Redact(url), sha)
 	}
-	return extractCommit(commit, folder, g.Limits)
+	blocks, err := extractCommit(ctx, repo.Storer, commit.Hash, commit.TreeHash, folder, g.Limits)
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// The walk of a commit's folders is part of the retrieval and ends with its deadline.
+		return nil, errorf(ReasonUnavailable, true, "git remote %s: the folders of commit %s were not read within %s (%s); retrying", egress.Redact(url), short(sha), o.timeout, flagTimeout)
+	}
+	return blocks, err
 }
 
 func (g *Git) policy() *egress.Policy {
@@ -372,47 +382,4 @@ func short(sha string) string {
 		return sha[:7]
 	}
 	return sha
-}
-
-// extractCommit reads the block files under folder from the tree of commit.
-func extractCommit(commit *object.Commit, folder string, l Limits) (Blocks, error) {
-	c := newCollector(folder, l)
-	tree, err := commit.Tree()
-	if err != nil {
-		return nil, errorf(ReasonInvalidArchive, false, "read tree of %s: %w", commit.Hash, err)
-	}
-	if c.prefix != "" {
-		sub, err := tree.Tree(c.prefix)
-		if errors.Is(err, object.ErrDirectoryNotFound) || errors.Is(err, object.ErrEntryNotFound) {
-			return c.result()
-		}
-		if err != nil {
-			return nil, errorf(ReasonInvalidArchive, false, "read folder %s of %s: %w", c.prefix, commit.Hash, err)
-		}
-		tree = sub
-	}
-	var files []*object.File
-	err = tree.Files().ForEach(func(f *object.File) error {
-		files = append(files, f)
-		return nil
-	})
-	if err != nil {
-		return nil, errorf(ReasonInvalidArchive, false, "list files of %s: %w", commit.Hash, err)
-	}
-	for _, f := range files {
-		if f.Mode != filemode.Regular && f.Mode != filemode.Executable {
-			continue
-		}
-		p := f.Name
-		if c.prefix != "" {
-			p = c.prefix + "/" + f.Name
-		}
-		if !c.match(p) {
-			continue
-		}
-		if err := c.add(p, f.Size, func() (io.ReadCloser, error) { return f.Reader() }); err != nil {
-			return nil, err
-		}
-	}
-	return c.result()
 }
