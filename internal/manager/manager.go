@@ -3,6 +3,7 @@
 package manager
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,6 +28,7 @@ import (
 	"github.com/siteops/siteops/internal/mirror"
 	"github.com/siteops/siteops/internal/mirror/commitrequest"
 	"github.com/siteops/siteops/internal/mirror/ruleaccess"
+	"github.com/siteops/siteops/internal/mirror/store"
 	"github.com/siteops/siteops/internal/scheme"
 	"github.com/siteops/siteops/internal/tenant"
 	"github.com/siteops/siteops/internal/webhookcert"
@@ -190,6 +192,18 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
+// tenantWithMirrorReserved returns the tenant options with the mirror's key prefix and ACL user
+// reserved: the mirror may share the tenants' Valkey, and no tenant's key patterns may reach its
+// cursors and attribution facts.
+func (o *Options) tenantWithMirrorReserved() tenant.Options {
+	t := o.Tenant
+	t.ReservedKeyPrefixes = append(slices.Clone(t.ReservedKeyPrefixes), cmp.Or(o.Mirror.RedisKeyPrefix, store.DefaultKeyPrefix))
+	if o.Mirror.RedisUsername != "" {
+		t.ReservedUsers = append(slices.Clone(t.ReservedUsers), o.Mirror.RedisUsername)
+	}
+	return t
+}
+
 // Enabled reports whether part is in --controllers.
 // A v0.11 part name counts as the siteops part it maps to.
 func (o *Options) Enabled(part string) bool {
@@ -243,7 +257,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	setups := map[string]func() error{
 		PartDecofile: func() error { return decofile.Setup(mgr, o.Decofile) },
-		PartTenant:   func() error { return tenant.Setup(mgr, o.Tenant) },
+		PartTenant:   func() error { return tenant.Setup(mgr, o.tenantWithMirrorReserved()) },
 		PartMirror:   func() error { return mirror.Setup(mgr, o.Mirror) },
 	}
 	for _, part := range Parts {

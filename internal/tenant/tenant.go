@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/siteops/siteops/internal/mirror/store"
 	"github.com/siteops/siteops/internal/tenant/acl"
 	"github.com/siteops/siteops/internal/tenant/failover"
 	"github.com/siteops/siteops/internal/tenant/metrics"
@@ -84,6 +85,9 @@ type Options struct {
 	// users and any other name the platform keeps. "default", "lock" and the admin user are
 	// always reserved.
 	ReservedUsers []string
+	// ReservedKeyPrefixes are key prefixes no tenant's key patterns may cover (the manager adds
+	// the mirror's --redis-key-prefix); the mirror's default prefix is always reserved.
+	ReservedKeyPrefixes []string
 
 	envErr              error
 	legacyWatchFailover bool // --valkey-watch-failover, accepted and ignored
@@ -246,6 +250,16 @@ func (o *Options) Reserved() []string {
 	return out
 }
 
+// ReservedPrefixes returns every key prefix no tenant's key patterns may cover:
+// ReservedKeyPrefixes and the mirror's default prefix.
+func (o *Options) ReservedPrefixes() []string {
+	out := slices.Clone(o.ReservedKeyPrefixes)
+	if !slices.Contains(out, store.DefaultKeyPrefix) {
+		out = append(out, store.DefaultKeyPrefix)
+	}
+	return out
+}
+
 // NodeConfig returns the node-set configuration the options describe.
 func (o *Options) NodeConfig() (acl.Config, error) {
 	o = o.resolved()
@@ -305,21 +319,22 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	applyLock := &sync.Mutex{}
 	prover := &resync.Prover{Nodes: nodes, Events: events}
 	r := &provision.Reconciler{
-		Client:        mgr.GetClient(),
-		Reader:        mgr.GetAPIReader(),
-		Nodes:         nodes,
-		Prover:        prover,
-		Roller:        &rollout.Roller{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient()},
-		Events:        events,
-		ReservedUsers: o.Reserved(),
-		DeleteTimeout: o.DeleteTimeout,
-		RolloutPoll:   poll,
-		ApplyLock:     applyLock,
+		Client:              mgr.GetClient(),
+		Reader:              mgr.GetAPIReader(),
+		Nodes:               nodes,
+		Prover:              prover,
+		Roller:              &rollout.Roller{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient()},
+		Events:              events,
+		ReservedUsers:       o.Reserved(),
+		ReservedKeyPrefixes: o.ReservedPrefixes(),
+		DeleteTimeout:       o.DeleteTimeout,
+		RolloutPoll:         poll,
+		ApplyLock:           applyLock,
 	}
 	if err := r.SetupWithManager(mgr, secrets); err != nil {
 		return fmt.Errorf("set up tenant namespace controller: %w", err)
 	}
-	lister := &provision.TenantLister{Namespaces: mgr.GetAPIReader(), ReservedUsers: o.Reserved(), Events: events}
+	lister := &provision.TenantLister{Namespaces: mgr.GetAPIReader(), ReservedUsers: o.Reserved(), ReservedKeyPrefixes: o.ReservedPrefixes(), Events: events}
 	syncer := &resync.Syncer{Nodes: nodes, Tenants: lister.List, Prover: prover, Events: events, Lock: applyLock}
 	if err := mgr.Add(&resync.Periodic{Syncer: syncer, Period: o.ResyncPeriod, JitterFactor: 0.1}); err != nil {
 		return fmt.Errorf("add periodic tenant resync: %w", err)

@@ -90,6 +90,8 @@ type TenantLister struct {
 	Namespaces client.Reader
 	// ReservedUsers are never listed (besides AlwaysReserved).
 	ReservedUsers []string
+	// ReservedKeyPrefixes: users whose key patterns cover one are never listed.
+	ReservedKeyPrefixes []string
 	// Events records invalid namespace state; nil records none.
 	Events Recorder
 }
@@ -109,7 +111,7 @@ func (l *TenantLister) List(ctx context.Context) ([]resync.Tenant, error) {
 			continue
 		}
 		user := Username(ns.Name)
-		if Reserved(user, l.ReservedUsers) {
+		if Reserved(user, l.ReservedUsers) || CoveredKeyPrefix(user, l.ReservedKeyPrefixes) != "" {
 			continue
 		}
 		byUser[user] = append(byUser[user], ns)

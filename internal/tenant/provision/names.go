@@ -50,6 +50,7 @@ const (
 	ReasonDeleteFailed       = "ValkeyACLDeleteFailed"
 	ReasonDeleteTimedOut     = "ValkeyACLDeleteTimedOut"
 	ReasonReservedUsername   = "ValkeyACLReservedUsername"
+	ReasonReservedKeyPrefix  = "ValkeyACLReservedKeyPrefix"
 	ReasonUsernameCollision  = "ValkeyACLUsernameCollision"
 	ReasonWorkloadsRestarted = "ValkeyACLWorkloadsRestarted"
 	ReasonSecretRestored     = "ValkeyACLSecretRestored"
@@ -93,6 +94,27 @@ var AlwaysReserved = []string{"default", "lock"}
 // keeps).
 func Reserved(user string, reserved []string) bool {
 	return user == "" || slices.Contains(AlwaysReserved, user) || slices.Contains(reserved, user)
+}
+
+// KeyPrefixes returns the literal prefixes of user's key patterns: the rule grants
+// ~<user>:* and ~lock:<user>:*.
+func KeyPrefixes(user string) []string { return []string{user + ":", "lock:" + user + ":"} }
+
+// CoveredKeyPrefix returns the first of reserved (key prefixes other software keeps on the same
+// server, such as the mirror's --redis-key-prefix) that user's key patterns overlap, or "". Two
+// patterns "a*" and "b*" share keys exactly when one of a and b starts with the other; a
+// reserved prefix p owns the keys under "p:". ACL key patterns hold in every logical database,
+// so a prefix kept in another database counts too.
+func CoveredKeyPrefix(user string, reserved []string) string {
+	for _, p := range reserved {
+		owned := strings.TrimRight(p, ":") + ":"
+		for _, mine := range KeyPrefixes(user) {
+			if strings.HasPrefix(mine, owned) || strings.HasPrefix(owned, mine) {
+				return p
+			}
+		}
+	}
+	return ""
 }
 
 // Wanted reports whether a namespace asks for a tenant user and is not being deleted.

@@ -149,3 +149,23 @@ func TestDeleteDeadline(t *testing.T) {
 		t.Errorf("deletion deadline %v: an operator restart must not restart the clock", got)
 	}
 }
+
+func TestCoveredKeyPrefix(t *testing.T) {
+	for _, c := range []struct {
+		user     string
+		reserved []string
+		want     string
+	}{
+		{"siteops", []string{"siteops"}, "siteops"},
+		{"siteops", []string{"siteops:"}, "siteops:"},             // a trailing ':' is the mirror's own separator
+		{"siteops", []string{"siteops:cell-a"}, "siteops:cell-a"}, // ~siteops:* covers a nested prefix
+		{"cell", []string{"lock:cell"}, "lock:cell"},              // ~lock:cell:* covers it
+		{"siteops-a", []string{"siteops"}, ""},
+		{"siteop", []string{"siteops"}, ""},
+		{"shop", []string{"mirror", "siteops"}, ""},
+	} {
+		if got := CoveredKeyPrefix(c.user, c.reserved); got != c.want {
+			t.Errorf("CoveredKeyPrefix(%q, %q) = %q, want %q", c.user, c.reserved, got, c.want)
+		}
+	}
+}

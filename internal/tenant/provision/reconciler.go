@@ -56,6 +56,8 @@ type Reconciler struct {
 	Events Recorder
 	// ReservedUsers are usernames no tenant may get (besides AlwaysReserved).
 	ReservedUsers []string
+	// ReservedKeyPrefixes are key prefixes no tenant's key patterns may cover (CoveredKeyPrefix).
+	ReservedKeyPrefixes []string
 	// DeleteTimeout bounds how long an unreachable Valkey holds a namespace's finalizer.
 	DeleteTimeout time.Duration
 	// RolloutPoll is how often a rotation checks whether workloads finished rolling out.
@@ -85,6 +87,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if Reserved(user, r.ReservedUsers) {
 		r.Events.Eventf(&ns, nil, corev1.EventTypeWarning, ReasonReservedUsername, "Refuse",
 			"username %q is reserved; rename the namespace to get a Valkey ACL user", user)
+		return ctrl.Result{}, nil
+	}
+	if p := CoveredKeyPrefix(user, r.ReservedKeyPrefixes); p != "" {
+		r.Events.Eventf(&ns, nil, corev1.EventTypeWarning, ReasonReservedKeyPrefix, "Refuse",
+			"username %q would get key patterns ~%s:* and ~lock:%s:*, which cover the reserved key prefix %q (siteops' own keys or another service's on the same Valkey); rename the namespace to get a Valkey ACL user",
+			user, user, user, p)
+		if slices.Contains(ns.Finalizers, Finalizer) {
+			// Provisioned before the prefix was reserved: the user reaches keys that are not its own.
+			return r.deprovision(ctx, &ns)
+		}
 		return ctrl.Result{}, nil
 	}
 	if owner, err := r.owner(ctx, user); err != nil {
