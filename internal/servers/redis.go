@@ -146,6 +146,9 @@ type SentinelSetOptions struct {
 	DownAfter time.Duration
 	// Password for the data nodes' default user, also given to the Sentinels.
 	Password string
+	// SentinelPassword, when set, is required from every Sentinel client (requirepass); the
+	// Sentinels use it with each other too.
+	SentinelPassword string
 	// Host every server of the set binds and is announced at; default 127.0.0.1.
 	Host string
 	// NodeConfig are extra redis.conf lines for the master and every replica.
@@ -220,13 +223,18 @@ func StartSentinelSet(ctx context.Context, o SentinelSetOptions) (*SentinelSet, 
 		if o.Password != "" {
 			lines = append(lines, fmt.Sprintf("sentinel auth-pass %s %s", o.MasterName, o.Password))
 		}
+		if o.SentinelPassword != "" {
+			lines = append(lines, "requirepass "+o.SentinelPassword)
+		}
 		conf := filepath.Join(dir, "sentinel.conf")
 		if err := os.WriteFile(conf, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 			return fail(fmt.Errorf("write sentinel config: %w", err))
 		}
 		addr := net.JoinHostPort(o.Host, strconv.Itoa(port))
 		p := newProcess("sentinel-"+strconv.Itoa(port), addr, dir, bin, conf)
-		if err := p.start(ctx, 15*time.Second, func(ctx context.Context) error { return sentinelKnowsMaster(ctx, addr, o.MasterName, o.Replicas) }); err != nil {
+		if err := p.start(ctx, 15*time.Second, func(ctx context.Context) error {
+			return sentinelKnowsMaster(ctx, addr, o.SentinelPassword, o.MasterName, o.Replicas)
+		}); err != nil {
 			return fail(err)
 		}
 		set.Sentinels = append(set.Sentinels, p)
@@ -235,7 +243,7 @@ func StartSentinelSet(ctx context.Context, o SentinelSetOptions) (*SentinelSet, 
 	deadline := time.Now().Add(20 * time.Second)
 	for _, s := range set.Sentinels {
 		for {
-			n, err := knownSentinels(ctx, s.Addr, o.MasterName)
+			n, err := knownSentinels(ctx, s.Addr, o.SentinelPassword, o.MasterName)
 			if err == nil && n >= o.Sentinels-1 {
 				break
 			}
@@ -262,8 +270,8 @@ func waitReplicaSynced(ctx context.Context, addr, password string) error {
 	return fmt.Errorf("replica %s did not sync with its master within 15s", addr)
 }
 
-func sentinelKnowsMaster(ctx context.Context, addr, master string, replicas int) error {
-	c := redis.NewSentinelClient(&redis.Options{Addr: addr, MaxRetries: -1})
+func sentinelKnowsMaster(ctx context.Context, addr, password, master string, replicas int) error {
+	c := redis.NewSentinelClient(&redis.Options{Addr: addr, Password: password, MaxRetries: -1})
 	defer c.Close()
 	if _, err := c.GetMasterAddrByName(ctx, master).Result(); err != nil {
 		return err
@@ -278,8 +286,8 @@ func sentinelKnowsMaster(ctx context.Context, addr, master string, replicas int)
 	return nil
 }
 
-func knownSentinels(ctx context.Context, addr, master string) (int, error) {
-	c := redis.NewSentinelClient(&redis.Options{Addr: addr})
+func knownSentinels(ctx context.Context, addr, password, master string) (int, error) {
+	c := redis.NewSentinelClient(&redis.Options{Addr: addr, Password: password})
 	defer c.Close()
 	s, err := c.Sentinels(ctx, master).Result()
 	return len(s), err

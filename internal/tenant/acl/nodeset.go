@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/siteops/siteops/internal/tenant/metrics"
 )
 
 // Config says how to reach the nodes.
@@ -30,6 +32,13 @@ type Config struct {
 	TLS *tls.Config
 	// Timeout bounds each dial, read and write; default 3s.
 	Timeout time.Duration
+	// AllowedNodes are the data nodes the operator may connect to (host:port, IP, CIDR or host
+	// name, see ParseAllowList); a master or replica a Sentinel reports outside them gets
+	// nothing, not even the admin AUTH. Empty: the nodes of the first discovery.
+	AllowedNodes []string
+	// OnUntrusted, when set, is told of every node refused as unknown (to record an Event); the
+	// refusal is counted in siteops_tenant_untrusted_node_total either way.
+	OnUntrusted func(Node)
 }
 
 // Role is a node's role at discovery time.
@@ -133,6 +142,7 @@ func (r Result) MissingUsers() []string {
 type NodeSet struct {
 	cfg     Config
 	direct  *redis.Options
+	allow   *AllowList
 	mu      sync.Mutex
 	clients map[string]*redis.Client
 }
@@ -142,7 +152,11 @@ func New(cfg Config) (*NodeSet, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 3 * time.Second
 	}
-	n := &NodeSet{cfg: cfg, clients: map[string]*redis.Client{}}
+	allow, err := ParseAllowList(cfg.AllowedNodes)
+	if err != nil {
+		return nil, err
+	}
+	n := &NodeSet{cfg: cfg, allow: allow, clients: map[string]*redis.Client{}}
 	switch {
 	case cfg.URL != "":
 		o, err := redis.ParseURL(cfg.URL)
@@ -192,9 +206,13 @@ func (n *NodeSet) SentinelClient(addr string) *redis.SentinelClient {
 // Config returns the configuration the set was made with.
 func (n *NodeSet) Config() Config { return n.cfg }
 
+// AllowList returns the nodes the set may connect to.
+func (n *NodeSet) AllowList() *AllowList { return n.allow }
+
 // Discover returns the current master and every replica Sentinel does not flag as down. It asks
 // prefer first (the Sentinel that just announced a change knows the newest configuration), then
-// the others in order.
+// the others in order. A master outside the allow-list is refused and the next Sentinel asked; a
+// replica outside it is refused and left out.
 func (n *NodeSet) Discover(ctx context.Context, prefer string) ([]Node, error) {
 	if n.direct != nil {
 		return []Node{{Addr: n.direct.Addr, Role: RoleMaster}}, nil
@@ -205,9 +223,14 @@ func (n *NodeSet) Discover(ctx context.Context, prefer string) ([]Node, error) {
 	}
 	var errs []error
 	for _, addr := range order {
-		nodes, err := n.discoverFrom(ctx, addr)
+		nodes, down, err := n.discoverFrom(ctx, addr)
 		if err == nil {
-			return nodes, nil
+			// With no allow-list configured, the first answer is what the operator trusts,
+			// replicas that are down included: they come back on the same address.
+			n.allow.pinFirst(append(slices.Clone(nodes), down...))
+			if nodes, err = n.trustedNodes(ctx, nodes); err == nil {
+				return nodes, nil
+			}
 		}
 		errs = append(errs, fmt.Errorf("sentinel %s: %w", addr, err))
 		if ctx.Err() != nil {
@@ -217,33 +240,72 @@ func (n *NodeSet) Discover(ctx context.Context, prefer string) ([]Node, error) {
 	return nil, fmt.Errorf("find Valkey nodes through Sentinel (check --valkey-sentinel-addrs and --valkey-sentinel-master): %w", errors.Join(errs...))
 }
 
-func (n *NodeSet) discoverFrom(ctx context.Context, addr string) ([]Node, error) {
+// trustedNodes refuses the nodes outside the allow-list: an untrusted master is an error, an
+// untrusted replica is left out.
+func (n *NodeSet) trustedNodes(ctx context.Context, nodes []Node) ([]Node, error) {
+	out := make([]Node, 0, len(nodes))
+	for _, node := range nodes {
+		if err := n.Trust(ctx, node); err != nil {
+			if node.Role == RoleMaster {
+				return nil, err
+			}
+			continue
+		}
+		out = append(out, node)
+	}
+	return out, nil
+}
+
+// Trust returns an UntrustedNodeError, counted and reported, when node is outside the
+// allow-list. The node given as --valkey-url is the platform's own and always trusted.
+func (n *NodeSet) Trust(ctx context.Context, node Node) error {
+	if n.direct != nil && node.Addr == n.direct.Addr {
+		return nil
+	}
+	if n.allow.needsPin() {
+		// Nothing configured and nothing discovered yet: what the Sentinels report now is trusted.
+		if _, err := n.Discover(ctx, ""); n.allow.needsPin() {
+			return fmt.Errorf("no Valkey node is trusted yet, the first discovery failed: %w", err)
+		}
+	}
+	if n.allow.Allows(ctx, node.Addr) {
+		return nil
+	}
+	metrics.CountUntrustedNode(node.Addr)
+	if n.cfg.OnUntrusted != nil {
+		n.cfg.OnUntrusted(node)
+	}
+	return &UntrustedNodeError{Node: node}
+}
+
+func (n *NodeSet) discoverFrom(ctx context.Context, addr string) (nodes, down []Node, err error) {
 	sc := n.SentinelClient(addr)
 	defer sc.Close()
 	m, err := sc.GetMasterAddrByName(ctx, n.cfg.MasterName).Result()
 	if err != nil {
-		return nil, fmt.Errorf("get master address of %q: %w", n.cfg.MasterName, err)
+		return nil, nil, fmt.Errorf("get master address of %q: %w", n.cfg.MasterName, err)
 	}
 	if len(m) != 2 {
-		return nil, fmt.Errorf("unexpected master address reply %v", m)
+		return nil, nil, fmt.Errorf("unexpected master address reply %v", m)
 	}
 	master := net.JoinHostPort(m[0], m[1])
-	nodes := []Node{{Addr: master, Role: RoleMaster}}
+	nodes = []Node{{Addr: master, Role: RoleMaster}}
 	replicas, err := sc.Replicas(ctx, n.cfg.MasterName).Result()
 	if err != nil {
-		return nil, fmt.Errorf("list replicas of %q: %w", n.cfg.MasterName, err)
+		return nil, nil, fmt.Errorf("list replicas of %q: %w", n.cfg.MasterName, err)
 	}
 	for _, r := range replicas {
-		if ReplicaDown(r["flags"]) {
-			continue
-		}
 		a := net.JoinHostPort(r["ip"], r["port"])
 		if a == master || slices.ContainsFunc(nodes, func(x Node) bool { return x.Addr == a }) {
 			continue
 		}
+		if ReplicaDown(r["flags"]) {
+			down = append(down, Node{Addr: a, Role: RoleReplica})
+			continue
+		}
 		nodes = append(nodes, Node{Addr: a, Role: RoleReplica})
 	}
-	return nodes, nil
+	return nodes, down, nil
 }
 
 // ReplicaDown reports whether Sentinel's flags mark a replica as down. "disconnected" alone does
@@ -304,7 +366,7 @@ func (n *NodeSet) Delete(ctx context.Context, names []string) Result {
 		for i, name := range names {
 			cmds[i] = []any{"acl", "deluser", name}
 		}
-		res, err := n.pipeline(ctx, node.Addr, cmds)
+		res, err := n.pipeline(ctx, node, cmds)
 		r := NodeResult{Node: node, Err: err}
 		if err == nil {
 			for i, name := range names {
@@ -326,7 +388,7 @@ func (n *NodeSet) Check(ctx context.Context, users []User) Result {
 		for i, u := range users {
 			cmds[i] = []any{"acl", "getuser", u.Name}
 		}
-		res, err := n.pipeline(ctx, node.Addr, cmds)
+		res, err := n.pipeline(ctx, node, cmds)
 		r := NodeResult{Node: node, Err: err}
 		if err == nil {
 			for i, u := range users {
@@ -348,7 +410,7 @@ func (n *NodeSet) UpsertNode(ctx context.Context, node Node, users []User) NodeR
 	for i, u := range valid {
 		cmds[i] = SetUserArgs(u)
 	}
-	res, err := n.pipeline(ctx, node.Addr, cmds)
+	res, err := n.pipeline(ctx, node, cmds)
 	r.Err = err
 	if err == nil {
 		for i, u := range valid {
@@ -398,7 +460,7 @@ func (n *NodeSet) SyncNode(ctx context.Context, node Node, users []User) NodeRes
 	for _, u := range valid {
 		cmds = append(cmds, SetUserArgs(u))
 	}
-	res, err := n.pipeline(ctx, node.Addr, cmds)
+	res, err := n.pipeline(ctx, node, cmds)
 	r.Err = err
 	if err != nil {
 		return r
@@ -427,7 +489,7 @@ func (n *NodeSet) SyncNode(ctx context.Context, node Node, users []User) NodeRes
 // PasswordHashes returns the SHA-256 digests of the passwords user accepts on the node at addr,
 // or nil when the user does not exist there.
 func (n *NodeSet) PasswordHashes(ctx context.Context, addr, user string) ([]string, error) {
-	res, err := n.pipeline(ctx, addr, [][]any{{"acl", "getuser", user}})
+	res, err := n.pipeline(ctx, Node{Addr: addr, Role: RoleMaster}, [][]any{{"acl", "getuser", user}})
 	if err != nil {
 		return nil, err
 	}
@@ -462,15 +524,20 @@ func (n *NodeSet) each(ctx context.Context, prefer string, f func(context.Contex
 // go can take most of a second.
 const pipelineChunk = 200
 
-// pipeline sends cmds to addr in round trips of pipelineChunk commands and returns every
+// pipeline sends cmds to node in round trips of pipelineChunk commands and returns every
 // command's reply. A command the server refuses is only in its own reply (callers read it per
 // command, so one bad command never holds back the rest); err is set when a round trip failed as
 // a whole (connection, timeout), and then the later chunks are not sent.
-func (n *NodeSet) pipeline(ctx context.Context, addr string, cmds [][]any) ([]*redis.Cmd, error) {
+func (n *NodeSet) pipeline(ctx context.Context, node Node, cmds [][]any) ([]*redis.Cmd, error) {
 	if len(cmds) == 0 {
 		return nil, nil
 	}
-	c := n.client(addr)
+	// Checked before every use, not only at the first dial: the connection pool AUTHs each new
+	// connection with the admin password, and a node's address can leave the allow-list.
+	if err := n.Trust(ctx, node); err != nil {
+		return nil, err
+	}
+	c := n.client(node.Addr)
 	out := make([]*redis.Cmd, len(cmds))
 	for start := 0; start < len(cmds); start += pipelineChunk {
 		end := min(start+pipelineChunk, len(cmds))

@@ -73,7 +73,7 @@ func (n *NodeSet) ProveNode(ctx context.Context, node Node, users []string) Proo
 			index = append(index, probe{u, p.Name})
 		}
 	}
-	res, err := n.pipeline(ctx, node.Addr, cmds)
+	res, err := n.pipeline(ctx, node, cmds)
 	if err != nil {
 		r.Err = fmt.Errorf("acl dryrun: %w", err)
 		return r

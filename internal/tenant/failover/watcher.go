@@ -2,6 +2,7 @@ package failover
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -10,6 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"k8s.io/apimachinery/pkg/util/wait"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/siteops/siteops/internal/tenant/acl"
 )
 
 // Resyncer re-applies the managed tenants' ACL users.
@@ -221,7 +224,13 @@ func (w *Watcher) work(ctx context.Context, log logr.Logger) {
 			}
 		} else {
 			for addr := range nodes {
-				if e := w.Resyncer.ResyncNode(ctx, prefer, addr); e != nil {
+				e := w.Resyncer.ResyncNode(ctx, prefer, addr)
+				// A node outside the allow-list was reported and refused already; asking again
+				// would only repeat the refusal.
+				if untrusted := (*acl.UntrustedNodeError)(nil); errors.As(e, &untrusted) {
+					continue
+				}
+				if e != nil {
 					err = e
 					failed = append(failed, addr)
 				}

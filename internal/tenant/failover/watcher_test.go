@@ -42,7 +42,13 @@ func users(n int) []acl.User {
 // startWatcher runs a Watcher over set whose resyncer applies us, and waits for its subscriptions.
 func startWatcher(t testing.TB, set *servers.SentinelSet, us []acl.User) (*acl.NodeSet, *atomicCounter) {
 	t.Helper()
-	ns, err := acl.New(acl.Config{SentinelAddrs: set.SentinelAddrs(), MasterName: set.MasterName, Password: adminPassword, Timeout: time.Second})
+	return startWatcherConfig(t, set, acl.Config{SentinelAddrs: set.SentinelAddrs(), MasterName: set.MasterName, Password: adminPassword, Timeout: time.Second}, us)
+}
+
+// startWatcherConfig is startWatcher with the node set configured by cfg.
+func startWatcherConfig(t testing.TB, set *servers.SentinelSet, cfg acl.Config, us []acl.User) (*acl.NodeSet, *atomicCounter) {
+	t.Helper()
+	ns, err := acl.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,8 @@
 package metrics
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
@@ -58,6 +60,13 @@ var (
 		Name: "siteops_tenant_secrets_restored_total",
 		Help: "valkey-acl Secrets found changed (username, password, immutability or operator annotations) and restored.",
 	})
+	// UntrustedNodes counts, per address, connections refused to a master or replica a
+	// Sentinel reported outside the allow-list (--valkey-allowed-nodes). Anything above 0 means
+	// a Sentinel was re-pointed, or a real node is missing from the list.
+	UntrustedNodes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "siteops_tenant_untrusted_node_total",
+		Help: "Valkey nodes a Sentinel reported outside --valkey-allowed-nodes, refused before anything was sent to them, by node (the first 20 addresses; later ones as \"other\").",
+	}, []string{"node"})
 	// Failovers counts Sentinel +switch-master events, once per failover.
 	Failovers = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "deco_operator_valkey_sentinel_failovers_total",
@@ -67,8 +76,31 @@ var (
 
 func init() {
 	crmetrics.Registry.MustRegister(Provisioned, Deleted, Errors, SelfHealed, Tenants, Failovers,
-		UserErrors, IsolationViolations, SecretsRestored)
+		UserErrors, IsolationViolations, SecretsRestored, UntrustedNodes)
 	for _, op := range []string{OpUpsert, OpDelete, OpCheck} {
 		Errors.WithLabelValues(op)
 	}
+}
+
+// maxUntrustedLabels bounds the node label of UntrustedNodes: whoever re-points a Sentinel
+// chooses the addresses, and must not grow the metric without bound.
+const maxUntrustedLabels = 20
+
+var (
+	untrustedMu     sync.Mutex
+	untrustedLabels = map[string]bool{}
+)
+
+// CountUntrustedNode counts one refusal of addr in UntrustedNodes.
+func CountUntrustedNode(addr string) {
+	untrustedMu.Lock()
+	if !untrustedLabels[addr] {
+		if len(untrustedLabels) >= maxUntrustedLabels {
+			addr = "other"
+		} else {
+			untrustedLabels[addr] = true
+		}
+	}
+	untrustedMu.Unlock()
+	UntrustedNodes.WithLabelValues(addr).Inc()
 }

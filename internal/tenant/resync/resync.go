@@ -98,6 +98,10 @@ func (s *Syncer) ResyncNode(ctx context.Context, _ string, addr string) error {
 		return fmt.Errorf("list managed tenants: %w", err)
 	}
 	node := acl.Node{Addr: addr, Role: acl.RoleReplica}
+	// The address comes from a Sentinel's message: refuse it once, before the proof and the sync.
+	if err := s.Nodes.Trust(ctx, node); err != nil {
+		return err
+	}
 	if s.Prover != nil {
 		s.Prover.Prove(ctx, []acl.Node{node}, ts, true)
 	}
