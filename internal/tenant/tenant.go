@@ -32,6 +32,9 @@ import (
 const (
 	EnvAdminPassword = "VALKEY_ADMIN_PASSWORD"
 	EnvResyncPeriod  = "VALKEY_ACL_RESYNC_PERIOD"
+	// EnvPodNamespace is the manager's namespace (the chart sets it from the downward API);
+	// Events about refused Valkey nodes are recorded on it.
+	EnvPodNamespace = "POD_NAMESPACE"
 )
 
 // Environment variables and flags of the published Decofile operator (v0.11), accepted as
@@ -64,8 +67,13 @@ type Options struct {
 	SentinelAddrs []string
 	// SentinelMaster is the name the Sentinels monitor the master under.
 	SentinelMaster string
-	// SentinelPassword authenticates to Sentinels that require it.
-	SentinelPassword string
+	// SentinelUsername and SentinelPassword authenticate to Sentinels that require it (an
+	// unauthenticated Sentinel lets anyone re-point its master).
+	SentinelUsername, SentinelPassword string
+	// AllowedNodes are the data nodes (host:port, IP, CIDR or host name) the operator may
+	// connect to; a node a Sentinel reports outside them gets nothing. Empty: the nodes the
+	// Sentinels report when the manager starts.
+	AllowedNodes []string
 	// URL reaches a single node directly, without Sentinel (development).
 	URL string
 	// AdminUsername and AdminPassword are the credentials used to manage ACL users; the
@@ -120,7 +128,9 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.ReservedUsers, "valkey-acl-reserved-users", o.ReservedUsers, "Valkey usernames no tenant namespace may get, comma-separated (add the replication and Sentinel users); default, lock and --valkey-admin-username are always reserved")
 	fs.StringSliceVar(&o.SentinelAddrs, "valkey-sentinel-addrs", o.SentinelAddrs, "Valkey Sentinel host:port addresses, comma-separated (all are watched for failovers)")
 	fs.StringVar(&o.SentinelMaster, "valkey-sentinel-master", o.SentinelMaster, "name the Sentinels monitor the Valkey master under")
+	fs.StringVar(&o.SentinelUsername, "valkey-sentinel-username", o.SentinelUsername, "username on the Sentinels, when they use ACL users (empty: the default user)")
 	fs.StringVar(&o.SentinelPassword, "valkey-sentinel-password", o.SentinelPassword, "password of the Sentinels, when they require one")
+	fs.StringSliceVar(&o.AllowedNodes, "valkey-allowed-nodes", o.AllowedNodes, "Valkey masters and replicas the operator may connect to, comma-separated host:port, IPs, CIDRs or host names; a node a Sentinel reports outside them is refused before the admin AUTH (empty: the nodes the Sentinels report at start)")
 	fs.StringVar(&o.URL, "valkey-url", o.URL, "redis:// or rediss:// URL of a single Valkey node, instead of Sentinel (development)")
 	fs.StringVar(&o.AdminUsername, "valkey-admin-username", o.AdminUsername, "Valkey user that manages tenant ACL users (empty: the default user)")
 	fs.StringVar(&o.AdminPassword, "valkey-admin-password", o.AdminPassword, "password of the admin user (env "+EnvAdminPassword+")")
@@ -232,6 +242,9 @@ func (o *Options) Validate() error {
 	if o.DeleteTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("tenant part: --valkey-acl-delete-timeout must be positive, got %s", o.DeleteTimeout))
 	}
+	if _, err := acl.ParseAllowList(o.AllowedNodes); err != nil {
+		errs = append(errs, fmt.Errorf("tenant part: --valkey-allowed-nodes: %w", err))
+	}
 	if o.TLSCAFile != "" && !o.TLS {
 		errs = append(errs, errors.New("tenant part: --valkey-tls-ca-file needs --valkey-tls"))
 	}
@@ -268,8 +281,9 @@ func (o *Options) NodeConfig() (acl.Config, error) {
 		return acl.Config{}, err
 	}
 	cfg := acl.Config{
-		SentinelAddrs: sentinels, MasterName: o.SentinelMaster, SentinelPassword: cmp.Or(o.SentinelPassword, urlPassword),
-		URL: o.URL, Username: o.AdminUsername, Password: o.AdminPassword,
+		SentinelAddrs: sentinels, MasterName: o.SentinelMaster,
+		SentinelUsername: o.SentinelUsername, SentinelPassword: cmp.Or(o.SentinelPassword, urlPassword),
+		URL: o.URL, Username: o.AdminUsername, Password: o.AdminPassword, AllowedNodes: o.AllowedNodes,
 	}
 	if cfg.Password == "" {
 		cfg.Password = os.Getenv(EnvAdminPassword)
@@ -301,9 +315,14 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err != nil {
 		return err
 	}
+	events := mgr.GetEventRecorder("siteops-tenant")
+	cfg.OnUntrusted = (&resync.UntrustedReporter{Events: events, Namespace: cmp.Or(os.Getenv(EnvPodNamespace), "default")}).Report
 	nodes, err := acl.New(cfg)
 	if err != nil {
 		return fmt.Errorf("tenant part: %w", err)
+	}
+	if len(cfg.SentinelAddrs) > 0 && nodes.AllowList().Pinning() {
+		mgr.GetLogger().Info("no --valkey-allowed-nodes: the tenant part trusts only the Valkey nodes the Sentinels report at its first discovery; set the flag so a node that moves or is added later is accepted")
 	}
 	secrets, err := provision.SecretCache(mgr)
 	if err != nil {
@@ -313,7 +332,6 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if poll == 0 {
 		poll = 10 * time.Second
 	}
-	events := mgr.GetEventRecorder("siteops-tenant")
 	// One lock and uncached namespace reads keep a resync round from applying state that the
 	// controller has just replaced (a rotation, an opt-out).
 	applyLock := &sync.Mutex{}
