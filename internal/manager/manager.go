@@ -226,6 +226,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if o.Enabled(PartDecofile) {
 		decofilecontroller.CacheOptions(&co)
 	}
+	webhooks := &webhookServer{Server: webhook.NewServer(webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.WebhookCertDir})}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme.New(),
 		Cache:                         co,
@@ -238,7 +239,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		LeaseDuration:                 durationOrNil(o.LeaseDuration),
 		RenewDeadline:                 durationOrNil(o.RenewDeadline),
 		RetryPeriod:                   durationOrNil(o.RetryPeriod),
-		WebhookServer:                 webhook.NewServer(webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.WebhookCertDir}),
+		WebhookServer:                 webhooks,
 		Controller:                    config.Controller{SkipNameValidation: &o.SecondInProcess},
 	})
 	if err != nil {
@@ -252,7 +253,10 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return nil, err
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+	// Ready means "serves its webhooks", nothing more: a part's dependencies (Redis, Valkey, S3,
+	// git hosts) report through that part's conditions and metrics, so one part's outage never
+	// empties the Service of the fail-closed injection webhook.
+	if err := mgr.AddReadyzCheck("webhooks", webhooks.readyCheck); err != nil {
 		return nil, err
 	}
 	setups := map[string]func() error{

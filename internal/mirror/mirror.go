@@ -5,7 +5,6 @@ package mirror
 import (
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -240,9 +239,6 @@ func SetupWithEngine(mgr ctrl.Manager, o Options) (*engine.Engine, error) {
 			return nil, err
 		}
 		log.Info("resume cursors in Redis", "addr", o.RedisAddr, "db", o.RedisDB, "keyPrefix", st.KeyPrefix())
-		if err := mgr.AddReadyzCheck("mirror-redis", func(req *http.Request) error { return st.Ping(req.Context()) }); err != nil {
-			return nil, fmt.Errorf("add the Redis readiness check: %w", err)
-		}
 		cursors = st
 		redisStore = st
 	}
