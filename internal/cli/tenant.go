@@ -16,7 +16,7 @@ import (
 
 func newTenantCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "tenant", Short: "Manage tenant cache isolation"}
-	cmd.AddCommand(newTenantResyncCommand())
+	cmd.AddCommand(newTenantResyncCommand(), newTenantDoctorCommand())
 	return cmd
 }
 

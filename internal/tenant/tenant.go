@@ -21,6 +21,7 @@ import (
 
 	"github.com/siteops/siteops/internal/mirror/store"
 	"github.com/siteops/siteops/internal/tenant/acl"
+	"github.com/siteops/siteops/internal/tenant/doctor"
 	"github.com/siteops/siteops/internal/tenant/failover"
 	"github.com/siteops/siteops/internal/tenant/metrics"
 	"github.com/siteops/siteops/internal/tenant/provision"
@@ -356,6 +357,10 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	syncer := &resync.Syncer{Nodes: nodes, Tenants: lister.List, Prover: prover, Events: events, Lock: applyLock}
 	if err := mgr.Add(&resync.Periodic{Syncer: syncer, Period: o.ResyncPeriod, JitterFactor: 0.1}); err != nil {
 		return fmt.Errorf("add periodic tenant resync: %w", err)
+	}
+	settingsReporter := &doctor.Reporter{Nodes: nodes, Events: events, Namespace: cmp.Or(os.Getenv(EnvPodNamespace), "default"), Period: o.ResyncPeriod}
+	if err := mgr.Add(settingsReporter); err != nil {
+		return fmt.Errorf("add Valkey settings check: %w", err)
 	}
 	if len(cfg.SentinelAddrs) > 0 {
 		w := &failover.Watcher{
