@@ -19,7 +19,7 @@ import (
 
 func newDevCommand() *cobra.Command {
 	dev := &cobra.Command{Use: "dev", Short: "Run siteops locally, without a cluster"}
-	dev.AddCommand(newDevUpCommand(), newDevDemoCommand())
+	dev.AddCommand(newDevUpCommand(), newDevDemoCommand(), newDevTenantCommand())
 	return dev
 }
 

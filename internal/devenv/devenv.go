@@ -23,6 +23,7 @@ import (
 	"github.com/siteops/siteops/internal/node"
 	"github.com/siteops/siteops/internal/scheme"
 	"github.com/siteops/siteops/internal/servers"
+	"github.com/siteops/siteops/internal/tenantroles"
 )
 
 // ReadyLine starts the one line printed once the environment is usable.
@@ -197,6 +198,11 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 		return nil, fmt.Errorf("write kubeconfig: %w", err)
 	}
 	env.onStop(func() error { return ignoreNotExist(os.Remove(o.KubeconfigPath)) })
+	// A tenant bound to edit (`siteops dev tenant add`) may use siteops' kinds only once the
+	// tenant roles are aggregated into it, which no controller manager does without a node.
+	if err := tenantroles.Install(ctx, api.Config, env.Client); err != nil {
+		return nil, fmt.Errorf("install the tenant roles: %w", err)
+	}
 
 	host := "127.0.0.1"
 	if o.Node {
