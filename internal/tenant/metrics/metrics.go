@@ -65,7 +65,7 @@ var (
 	// a Sentinel was re-pointed, or a real node is missing from the list.
 	UntrustedNodes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "siteops_tenant_untrusted_node_total",
-		Help: "Valkey nodes a Sentinel reported outside --valkey-allowed-nodes, refused before anything was sent to them, by node (the first 20 addresses; later ones as \"other\").",
+		Help: "Valkey nodes a Sentinel reported outside --valkey-allowed-nodes, refused before anything was sent to them, by node (the first 20 addresses; later ones counted as node other).",
 	}, []string{"node"})
 	// Failovers counts Sentinel +switch-master events, once per failover.
 	Failovers = prometheus.NewCounter(prometheus.CounterOpts{
