@@ -14,12 +14,17 @@ import (
 	"github.com/siteops/siteops/internal/mirror"
 	"github.com/siteops/siteops/internal/mirror/audit"
 	"github.com/siteops/siteops/internal/servers"
+	"github.com/siteops/siteops/internal/tenant/acl"
 )
 
 // Servers are the local stand-ins for what the parts talk to in production.
 type Servers struct {
-	// Valkey is the tenant cache: a master, a replica and three Sentinels.
+	// Valkey is the tenant cache: a master, a replica and three Sentinels, every one requiring
+	// a password as production's should (ValkeyPasswordFile, SentinelPasswordFile).
 	Valkey *servers.SentinelSet
+	// ValkeyPasswordFile and SentinelPasswordFile hold the data nodes' admin password and the
+	// Sentinels' password, generated for each start (mode 0600).
+	ValkeyPasswordFile, SentinelPasswordFile string
 	// MirrorRedis holds the mirror's watch cursors and attribution facts.
 	MirrorRedis *servers.Process
 	// S3 stores Decofiles of the s3 target; bucket S3Bucket is publicly readable like a CDN origin.
@@ -36,8 +41,8 @@ const S3Bucket = "decofiles"
 func startServers(ctx context.Context, env *Env, dir, host string, mo *manager.Options) (*Servers, error) {
 	s := &Servers{}
 	var err error
-	if s.Valkey, err = servers.StartSentinelSet(ctx, servers.SentinelSetOptions{Dir: filepath.Join(dir, "valkey"), Host: host}); err != nil {
-		return nil, fmt.Errorf("start Valkey stand-in: %w", err)
+	if err := startValkey(ctx, s, filepath.Join(dir, "valkey"), host, mo); err != nil {
+		return nil, err
 	}
 	env.onStop(func() error { s.Valkey.Stop(); return nil })
 	env.addLog("valkey-master", s.Valkey.Master.LogPath())
@@ -47,8 +52,6 @@ func startServers(ctx context.Context, env *Env, dir, host string, mo *manager.O
 	for i, p := range s.Valkey.Sentinels {
 		env.addLog(fmt.Sprintf("sentinel-%d", i), p.LogPath())
 	}
-	mo.Tenant.SentinelAddrs = s.Valkey.SentinelAddrs()
-	mo.Tenant.SentinelMaster = s.Valkey.MasterName
 
 	if s.MirrorRedis, err = servers.StartRedis(ctx, servers.RedisOptions{Dir: filepath.Join(dir, "mirror-redis"), Host: host}); err != nil {
 		return nil, fmt.Errorf("start mirror Redis: %w", err)
@@ -87,6 +90,37 @@ func startServers(ctx context.Context, env *Env, dir, host string, mo *manager.O
 		return nil, err
 	}
 	return s, nil
+}
+
+// startValkey starts the Valkey stand-in with an admin password on the data nodes and another on
+// the Sentinels (an unauthenticated Sentinel lets anyone re-point the master), and points the
+// tenant part at it, trusting exactly its master and replica.
+func startValkey(ctx context.Context, s *Servers, dir, host string, mo *manager.Options) error {
+	admin, err := acl.NewPassword()
+	if err != nil {
+		return err
+	}
+	sentinel, err := acl.NewPassword()
+	if err != nil {
+		return err
+	}
+	if s.Valkey, err = servers.StartSentinelSet(ctx, servers.SentinelSetOptions{Dir: dir, Host: host, Password: admin, SentinelPassword: sentinel}); err != nil {
+		return fmt.Errorf("start Valkey stand-in: %w", err)
+	}
+	s.ValkeyPasswordFile, s.SentinelPasswordFile = filepath.Join(dir, "admin-password"), filepath.Join(dir, "sentinel-password")
+	for path, p := range map[string]string{s.ValkeyPasswordFile: admin, s.SentinelPasswordFile: sentinel} {
+		if err := os.WriteFile(path, []byte(p+"\n"), 0o600); err != nil {
+			return fmt.Errorf("write Valkey password file: %w", err)
+		}
+	}
+	t := &mo.Tenant
+	t.SentinelAddrs, t.SentinelMaster = s.Valkey.SentinelAddrs(), s.Valkey.MasterName
+	t.AdminPassword, t.SentinelPassword = admin, sentinel
+	t.AllowedNodes = []string{s.Valkey.Master.Addr}
+	for _, r := range s.Valkey.Replicas {
+		t.AllowedNodes = append(t.AllowedNodes, r.Addr)
+	}
+	return nil
 }
 
 // allowLocalGit lets Decofile sources reach the local git remote, which serves plain HTTP on

@@ -58,11 +58,11 @@ func (e *Env) Components() []Component {
 		add("manager", addr, logOf("manager"))
 	}
 	if s := e.Servers; s != nil {
-		add("Valkey master", fmt.Sprintf("%s (Sentinel name %s)", s.Valkey.Master.Addr, s.Valkey.MasterName), logOf("valkey-master"))
+		add("Valkey master", fmt.Sprintf("%s (Sentinel name %s, password in %s)", s.Valkey.Master.Addr, s.Valkey.MasterName, s.ValkeyPasswordFile), logOf("valkey-master"))
 		for i, r := range s.Valkey.Replicas {
 			add("Valkey replica", r.Addr, logOf(fmt.Sprintf("valkey-replica-%d", i)))
 		}
-		add("Valkey Sentinels", strings.Join(s.Valkey.SentinelAddrs(), ", "), logOf("sentinel-0"))
+		add("Valkey Sentinels", strings.Join(s.Valkey.SentinelAddrs(), ", ")+" (password in "+s.SentinelPasswordFile+")", logOf("sentinel-0"))
 		add("Redis (mirror)", s.MirrorRedis.Addr, logOf("mirror-redis"))
 		add("S3", fmt.Sprintf("%s, bucket %s (public read)", s.S3.Endpoint, S3Bucket), logOf("s3"))
 		add("git remote", s.Git.BaseURL, "")
