@@ -15,6 +15,7 @@ import (
 	"github.com/siteops/siteops/internal/mirror/audit"
 	"github.com/siteops/siteops/internal/servers"
 	"github.com/siteops/siteops/internal/tenant/acl"
+	"github.com/siteops/siteops/internal/tenant/settings"
 )
 
 // Servers are the local stand-ins for what the parts talk to in production.
@@ -93,7 +94,8 @@ func startServers(ctx context.Context, env *Env, dir, host string, mo *manager.O
 }
 
 // startValkey starts the Valkey stand-in with an admin password on the data nodes and another on
-// the Sentinels (an unauthenticated Sentinel lets anyone re-point the master), and points the
+// the Sentinels (an unauthenticated Sentinel lets anyone re-point the master), the limits a node
+// shared by tenants needs (settings.Recommended, which `siteops tenant doctor` passes), and points the
 // tenant part at it, trusting exactly its master and replica.
 func startValkey(ctx context.Context, s *Servers, dir, host string, mo *manager.Options) error {
 	admin, err := acl.NewPassword()
@@ -104,7 +106,7 @@ func startValkey(ctx context.Context, s *Servers, dir, host string, mo *manager.
 	if err != nil {
 		return err
 	}
-	if s.Valkey, err = servers.StartSentinelSet(ctx, servers.SentinelSetOptions{Dir: dir, Host: host, Password: admin, SentinelPassword: sentinel}); err != nil {
+	if s.Valkey, err = servers.StartSentinelSet(ctx, servers.SentinelSetOptions{Dir: dir, Host: host, Password: admin, SentinelPassword: sentinel, NodeConfig: settings.Recommended}); err != nil {
 		return fmt.Errorf("start Valkey stand-in: %w", err)
 	}
 	s.ValkeyPasswordFile, s.SentinelPasswordFile = filepath.Join(dir, "admin-password"), filepath.Join(dir, "sentinel-password")
