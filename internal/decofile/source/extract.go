@@ -150,7 +150,7 @@ func (c *collector) add(p string, size int64, open func() (io.ReadCloser, error)
 }
 
 func (c *collector) tooBig(observed int64) error {
-	return &Error{Reason: ReasonLimitExceeded, Err: fmt.Errorf("block files under %q hold at least %d bytes, over the %d-byte limit (limit: decompressed bytes, %s)", c.prefix, observed, c.limits.DecompressedBytes, flagContentBytes)}
+	return &Error{Reason: ReasonLimitExceeded, Err: fmt.Errorf("content read under %q (block files, and the folders of a git commit) takes at least %d bytes, over the %d-byte limit (limit: decompressed bytes, %s)", c.prefix, observed, c.limits.DecompressedBytes, flagContentBytes)}
 }
 
 // charge counts n bytes read besides block files (a folder of a git commit) against the
