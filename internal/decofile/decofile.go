@@ -118,6 +118,12 @@ type DeliveryOptions struct {
 	Concurrency int
 	// SourceConcurrency is how many of them retrieve and hold a remote's content at once.
 	SourceConcurrency int
+	// MemoryBytes is what deliveries may hold while they merge and encode (0: derived from
+	// the Go memory limit, controller.DeliveryMemory).
+	MemoryBytes int64
+	// MaxMembers and MaxDepth bound a Decofile's JSON (encode.Bounds).
+	MaxMembers int64
+	MaxDepth   int
 }
 
 // EnvLegacyEnableWebhooks is the published Decofile operator's (v0.11) switch for its webhooks:
@@ -177,10 +183,13 @@ func (o *Options) bindDeliveryFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&d.SourceAllowPrivateNetworks, "source-allow-private-networks", d.SourceAllowPrivateNetworks, "let Decofile sources reach private networks (RFC 1918, fc00::/7, 100.64.0.0/10); loopback and link-local stay refused")
 	fs.IntVar(&d.CompressionThreshold, "compression-threshold", orDefault(d.CompressionThreshold, encode.DefaultThreshold), "merged-JSON size in bytes above which a Decofile is stored brotli-compressed as decofile.bin")
 	fs.Int64Var(&d.Limits.ArchiveBytes, "decofile-max-archive-bytes", orDefault(d.Limits.ArchiveBytes, source.DefaultLimits.ArchiveBytes), "largest source archive accepted")
-	fs.Int64Var(&d.Limits.DecompressedBytes, "decofile-max-content-bytes", orDefault(d.Limits.DecompressedBytes, source.DefaultLimits.DecompressedBytes), "most block-file bytes read from one source")
+	fs.Int64Var(&d.Limits.DecompressedBytes, "decofile-max-content-bytes", d.Limits.DecompressedBytes, "most block-file bytes read from one source (0: a fifth of --decofile-memory-bytes, at most 64 MiB)")
 	fs.IntVar(&d.Limits.Files, "decofile-max-files", orDefault(d.Limits.Files, source.DefaultLimits.Files), "most block files read from one source")
 	fs.IntVar(&d.Limits.Entries, "decofile-max-tree-entries", orDefault(d.Limits.Entries, source.DefaultLimits.Entries), "most files and folders looked at under a git source's folder (a folder met twice counts twice, so a tree bomb stops here)")
 	fs.IntVar(&d.Concurrency, "decofile-concurrency", orDefault(d.Concurrency, controller.DefaultMaxConcurrentReconciles), "Decofiles delivered at the same time")
+	fs.Int64Var(&d.MemoryBytes, "decofile-memory-bytes", d.MemoryBytes, "bytes all deliveries may hold while they merge and encode content, half for content and half for compressors, one namespace half of each (0: two fifths of the Go memory limit, GOMEMLIMIT, or of 90% of 512 MiB when it is not set)")
+	fs.Int64Var(&d.MaxMembers, "decofile-max-members", orDefault(d.MaxMembers, encode.DefaultMembers), "most object members and array elements in one Decofile's JSON, counted before anything is decoded")
+	fs.IntVar(&d.MaxDepth, "decofile-max-depth", orDefault(d.MaxDepth, encode.DefaultDepth), "deepest nesting of objects and arrays in one Decofile's JSON")
 	fs.IntVar(&d.SourceConcurrency, "source-concurrency", orDefault(d.SourceConcurrency, controller.DefaultMaxConcurrentRetrievals), "Decofiles retrieving a remote source (github, git) at the same time, each holding up to --decofile-max-content-bytes until it is stored")
 }
 
@@ -227,8 +236,8 @@ func (o *Options) Validate() error {
 		errs = append(errs, errors.New("--notify-concurrency, --notify-attempts, --notify-pod-timeout, --notify-timeout and --notify-memory-bytes must be positive"))
 	}
 	d := o.Delivery
-	if d.CompressionThreshold < 0 || d.Limits.ArchiveBytes < 0 || d.Limits.DecompressedBytes < 0 || d.Limits.Files < 0 || d.Limits.Entries < 0 || d.Concurrency < 0 || d.SourceConcurrency < 0 {
-		errs = append(errs, errors.New("--compression-threshold, --decofile-max-*, --decofile-concurrency and --source-concurrency must not be negative"))
+	if d.CompressionThreshold < 0 || d.Limits.ArchiveBytes < 0 || d.Limits.DecompressedBytes < 0 || d.Limits.Files < 0 || d.Limits.Entries < 0 || d.Concurrency < 0 || d.SourceConcurrency < 0 || d.MemoryBytes < 0 || d.MaxMembers < 0 || d.MaxDepth < 0 {
+		errs = append(errs, errors.New("--compression-threshold, --decofile-max-*, --decofile-memory-bytes, --decofile-concurrency and --source-concurrency must not be negative"))
 	}
 	if err := o.S3.Validate(); err != nil {
 		errs = append(errs, err)
@@ -276,6 +285,9 @@ func (d DeliveryOptions) controllerOptions() (controller.Options, error) {
 		}
 		tokens.App = &source.GitHubApp{ID: d.GitHubAppID, Key: key, APIURL: d.GitHubAPIURL, Egress: policy, Timeout: d.SourceTimeout}
 	}
+	// Budgets and the content limit not set follow the Go memory limit (the chart sets
+	// GOMEMLIMIT to 90% of the container's limit).
+	d = d.withMemoryDefaults(controller.GoMemoryLimit())
 	// A retrieval cut off by --source-timeout always counts as a hang.
 	hangAfter := orDefault(d.SourceHangAfter, source.DefaultHangAfter)
 	if d.SourceTimeout > 0 && hangAfter > d.SourceTimeout {
@@ -290,7 +302,21 @@ func (d DeliveryOptions) controllerOptions() (controller.Options, error) {
 		Encode:                  encode.Options{Threshold: d.CompressionThreshold},
 		MaxConcurrentReconciles: d.Concurrency,
 		MaxConcurrentRetrievals: d.SourceConcurrency,
+		MemoryBytes:             d.MemoryBytes,
+		Bounds:                  encode.Bounds{Members: d.MaxMembers, Depth: d.MaxDepth},
 	}, nil
+}
+
+// withMemoryDefaults fills the delivery memory budget and the content limit, when not set,
+// from the Go memory limit goLimit.
+func (d DeliveryOptions) withMemoryDefaults(goLimit int64) DeliveryOptions {
+	if d.MemoryBytes == 0 {
+		d.MemoryBytes = controller.DeliveryMemory(goLimit)
+	}
+	if d.Limits.DecompressedBytes == 0 {
+		d.Limits.DecompressedBytes = controller.ContentLimit(d.MemoryBytes)
+	}
+	return d
 }
 
 // Setup registers the part's controllers and webhooks with mgr.
@@ -301,7 +327,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	}
 	if o.Rollout.MaxContentBytes == 0 {
 		// The rollout decodes stored content with the same bound the sources read it with.
-		o.Rollout.MaxContentBytes = o.Delivery.Limits.DecompressedBytes
+		o.Rollout.MaxContentBytes = o.Delivery.withMemoryDefaults(controller.GoMemoryLimit()).Limits.DecompressedBytes
 	}
 	var deleter *s3target.Store
 	if o.S3.Enabled() {

@@ -17,7 +17,7 @@ func TestDeliveryFlags(t *testing.T) {
 	var o Options
 	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 	o.BindFlags(fs)
-	if o.Delivery.GitHubAPIURL != source.DefaultGitHubAPIURL || o.Delivery.CompressionThreshold != encode.DefaultThreshold || o.Delivery.Limits != source.DefaultLimits {
+	if o.Delivery.GitHubAPIURL != source.DefaultGitHubAPIURL || o.Delivery.CompressionThreshold != encode.DefaultThreshold || o.Delivery.Limits != derivedContent(source.DefaultLimits) {
 		t.Fatalf("defaults %+v", o.Delivery)
 	}
 	t.Setenv("GITHUB_TOKEN", "from-env")
@@ -92,5 +92,32 @@ func TestDeliveryFlags(t *testing.T) {
 	o.Delivery.Limits.Files = -1
 	if err := o.Validate(); err == nil {
 		t.Fatal("a negative limit was accepted")
+	}
+}
+
+// derivedContent is l with the content limit left to be derived from the memory limit.
+func derivedContent(l source.Limits) source.Limits {
+	l.DecompressedBytes = 0
+	return l
+}
+
+// TestMemoryDefaultsFollowTheGoMemoryLimit: unset, the delivery memory is two fifths of the Go
+// memory limit and the content limit a fifth of that (at most 64 MiB); set, both stay.
+func TestMemoryDefaultsFollowTheGoMemoryLimit(t *testing.T) {
+	chart := int64(512 << 20 * 9 / 10) // GOMEMLIMIT as the chart sets it
+	d := DeliveryOptions{}.withMemoryDefaults(chart)
+	if d.MemoryBytes != chart/5*2 || d.Limits.DecompressedBytes != d.MemoryBytes/2/5*2 {
+		t.Fatalf("derived from %d: memory %d, content %d", chart, d.MemoryBytes, d.Limits.DecompressedBytes)
+	}
+	t.Logf("GOMEMLIMIT %d MiB: delivery memory %.1f MiB, content limit %.1f MiB", chart>>20, float64(d.MemoryBytes)/(1<<20), float64(d.Limits.DecompressedBytes)/(1<<20))
+	if big := (DeliveryOptions{}).withMemoryDefaults(8 << 30); big.Limits.DecompressedBytes != source.DefaultLimits.DecompressedBytes {
+		t.Fatalf("content limit for 8 GiB: %d, want at most 64 MiB", big.Limits.DecompressedBytes)
+	}
+	set := DeliveryOptions{MemoryBytes: 1 << 30, Limits: source.Limits{DecompressedBytes: 5 << 20}}.withMemoryDefaults(chart)
+	if set.MemoryBytes != 1<<30 || set.Limits.DecompressedBytes != 5<<20 {
+		t.Fatalf("explicit values changed: %+v", set)
+	}
+	if controller.ContentLimit(set.MemoryBytes) != 64<<20 {
+		t.Fatalf("content limit of 1 GiB of delivery memory: %d", controller.ContentLimit(set.MemoryBytes))
 	}
 }

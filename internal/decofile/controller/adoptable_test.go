@@ -20,11 +20,11 @@ func TestAdoptableRefusesFarFutureTimestamp(t *testing.T) {
 		return &corev1.ConfigMap{Data: map[string]string{decov1.KeyJSON: js, decov1.KeyTimestamp: strconv.FormatInt(ts, 10)}}
 	}
 	now := time.Now().Unix()
-	if a, ok := adoptable(cm(now), hash, 1<<20); !ok || a.ts != now {
+	if a, ok := adoptable(cm(now), hash, 1<<20, encode.DefaultBounds); !ok || a.ts != now {
 		t.Fatalf("matching content at the current time not adopted: %v %v", a, ok)
 	}
 	for _, ts := range []int64{now + 2*86400, 1<<63 - 1} {
-		if _, ok := adoptable(cm(ts), hash, 1<<20); ok {
+		if _, ok := adoptable(cm(ts), hash, 1<<20, encode.DefaultBounds); ok {
 			t.Errorf("timestamp %d adopted", ts)
 		}
 	}

@@ -69,7 +69,7 @@ const maxAdoptedTimestampSkew = 24 * time.Hour
 // adoptable reports whether cm holds exactly one stored value (decofile.json or decofile.bin)
 // and a timestamp.txt, and that value decodes, within limit bytes, to JSON whose canonical
 // merge hashes to hash. Anything else is rewritten as usual.
-func adoptable(cm *corev1.ConfigMap, hash string, limit int64) (*adoption, bool) {
+func adoptable(cm *corev1.ConfigMap, hash string, limit int64, bounds encode.Bounds) (*adoption, bool) {
 	if cm == nil || len(cm.Data) != 2 || len(cm.BinaryData) != 0 {
 		return nil, false
 	}
@@ -95,7 +95,7 @@ func adoptable(cm *corev1.ConfigMap, hash string, limit int64) (*adoption, bool)
 	if err := json.Unmarshal(raw, &blocks); err != nil {
 		return nil, false
 	}
-	merged, err := encode.Merge(blocks)
+	merged, err := encode.MergeWithin(blocks, bounds)
 	if err != nil || encode.Hash(merged) != hash {
 		return nil, false
 	}

@@ -109,6 +109,13 @@ type Options struct {
 	// Rollout, when set, records the rollout of new content no pod has to hear about in the
 	// delivery's own status write.
 	Rollout RolloutSettler
+	// MemoryBytes is what deliveries may hold at once while they merge and encode content:
+	// half for the content, half for the compressors' state, each with a per-namespace share
+	// of half; default DeliveryMemory(GoMemoryLimit()).
+	MemoryBytes int64
+	// Bounds limit a Decofile's JSON (members, nesting); the merged size defaults to the
+	// content limit.
+	Bounds encode.Bounds
 }
 
 // Reconciler delivers Decofiles into ConfigMaps.
@@ -129,6 +136,8 @@ type Reconciler struct {
 	kinds missingKinds
 	// retrievals holds a slot per delivery from a remote source (MaxConcurrentRetrievals).
 	retrievals chan struct{}
+	// memory bounds the content and compressors of the deliveries in flight (MemoryBytes).
+	memory memory
 }
 
 type rejectedCommit struct {
@@ -169,6 +178,9 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if o.MaxConcurrentRetrievals <= 0 {
 		o.MaxConcurrentRetrievals = DefaultMaxConcurrentRetrievals
 	}
+	if o.MemoryBytes <= 0 {
+		o.MemoryBytes = DeliveryMemory(GoMemoryLimit())
+	}
 	status, err := NewStatusWriter(mgr.GetConfig(), mgr.GetHTTPClient())
 	if err != nil {
 		return err
@@ -181,6 +193,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		opts:       o,
 		now:        time.Now,
 		retrievals: make(chan struct{}, o.MaxConcurrentRetrievals),
+		memory:     newMemory(o.MemoryBytes),
 	}
 	deletedOnly := predicate.Funcs{
 		CreateFunc:  func(event.CreateEvent) bool { return false },
@@ -421,6 +434,16 @@ func (r *Reconciler) deliverConfigMap(ctx context.Context, df *decov1.Decofile, 
 		out.commit = commit
 		return out
 	}
+	if !cached {
+		// The content is held from here until it is stored: within the memory budget.
+		release, err := r.admit(ctx, df.Namespace, blocks)
+		if err != nil {
+			out := fail(err)
+			out.commit = commit
+			return out
+		}
+		defer release()
+	}
 	out := r.store(ctx, df, next, cm, conflict, intact, blocks, commit, cached)
 	out.commit = commit
 	if out.err == nil {
@@ -451,10 +474,11 @@ func (r *Reconciler) store(ctx context.Context, df *decov1.Decofile, next *decov
 		return succeeded(false)
 	}
 
-	merged, err := encode.Merge(blocks)
+	merged, err := encode.MergeWithin(blocks, r.bounds())
 	if err != nil {
-		return fail(&source.Error{Reason: source.ReasonInvalidContent, Err: err})
+		return fail(tooLarge(err))
 	}
+	blocks = nil // merged holds it all now
 	hash := encode.Hash(merged)
 	if rolledBack(df, hash, "") {
 		// A progressive rollout rolled this content back: the restored content stays until the
@@ -463,7 +487,8 @@ func (r *Reconciler) store(ctx context.Context, df *decov1.Decofile, next *decov
 		return outcome{known: true}
 	}
 	if !intact && df.Status.StoredHash == "" && cm != nil {
-		if a, ok := adoptable(cm, hash, r.contentLimit()); ok {
+		// What an adoptable value decodes to is the merged JSON, give or take whitespace.
+		if a, ok := adoptable(cm, hash, min(r.contentLimit(), 2*int64(len(merged))+4096), r.bounds()); ok {
 			if err := r.adoptConfigMap(ctx, df, cm, hash, a); err != nil {
 				return fail(err)
 			}
@@ -490,11 +515,15 @@ func (r *Reconciler) store(ctx context.Context, df *decov1.Decofile, next *decov
 	}
 
 	encStart := r.now()
-	res, err := encode.Encode(merged, r.opts.Encode)
+	res, err := encode.Encode(merged, r.encodeOptions(ctx, df.Namespace))
 	compressionDuration.Observe(r.now().Sub(encStart).Seconds())
 	var tooLarge *encode.TooLargeError
 	if errors.As(err, &tooLarge) {
 		return outcome{reason: decov1.ReasonTooLarge, err: err}
+	}
+	var waited *source.Error // the compression budget's wait ended (context)
+	if errors.As(err, &waited) {
+		return fail(err)
 	}
 	if err != nil {
 		return outcome{reason: ReasonStoreFailed, err: fmt.Errorf("encode: %w", err), transient: true}

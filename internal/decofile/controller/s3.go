@@ -10,7 +10,6 @@ import (
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/decofile/encode"
-	"github.com/siteops/siteops/internal/decofile/source"
 )
 
 // ObjectStore keeps the merged JSON of s3-target Decofiles (package s3target).
@@ -57,9 +56,16 @@ func (r *Reconciler) deliverS3(ctx context.Context, df *decov1.Decofile, next *d
 	if cached {
 		return succeeded(false)
 	}
-	merged, err := encode.Merge(blocks)
+	release, err := r.admit(ctx, df.Namespace, blocks)
 	if err != nil {
-		out := fail(&source.Error{Reason: source.ReasonInvalidContent, Err: err})
+		out := fail(err)
+		out.commit = commit
+		return out
+	}
+	defer release()
+	merged, err := encode.MergeWithin(blocks, r.bounds())
+	if err != nil {
+		out := fail(tooLarge(err))
 		out.commit = commit
 		return out
 	}
