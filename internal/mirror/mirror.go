@@ -73,6 +73,12 @@ type Options struct {
 	// GitMaxFetchObjectBytes bounds the inflated size of the objects one fetch stores in memory;
 	// 0 means gitwriter.DefaultMaxFetchObjectBytes.
 	GitMaxFetchObjectBytes int64
+	// GitMaxSweepEntries bounds the files and folders one sweep looks at in a target's folder;
+	// 0 means gitwriter.DefaultMaxSweepEntries.
+	GitMaxSweepEntries int
+	// GitMaxSweepChanges bounds the files one sweep removes; 0 means
+	// gitwriter.DefaultMaxSweepChanges.
+	GitMaxSweepChanges int
 	// ClusterName names this cluster in every commit's Cluster trailer; empty leaves it out.
 	ClusterName string
 	// UnattributedAuthor ("Name <email>") authors the changes author attribution found no audit
@@ -126,6 +132,8 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.GitAllowPrivateNetworks, "git-allow-private-networks", o.GitAllowPrivateNetworks, "mirror: let GitProviders reach private networks (RFC 1918, fc00::/7, 100.64.0.0/10); loopback and link-local stay refused")
 	fs.Int64Var(&o.GitMaxFetchBytes, "git-max-fetch-bytes", orDefault(o.GitMaxFetchBytes, gitwriter.DefaultMaxFetchBytes), "mirror: most bytes a git remote may send in one fetch or push; past it the exchange stops (GitTarget reason FetchTooLarge)")
 	fs.Int64Var(&o.GitMaxFetchObjectBytes, "git-max-fetch-object-bytes", orDefault(o.GitMaxFetchObjectBytes, gitwriter.DefaultMaxFetchObjectBytes), "mirror: most bytes the objects of one fetch may take once inflated in memory; a larger pack is refused before it is inflated (GitTarget reason FetchTooLarge)")
+	fs.IntVar(&o.GitMaxSweepEntries, "git-max-sweep-entries", int(orDefault(int64(o.GitMaxSweepEntries), gitwriter.DefaultMaxSweepEntries)), "mirror: most files and folders the sweep after a full replay looks at in a target's folder (a folder met twice counts twice); a larger folder is not swept (GitTarget reason TargetTooLarge)")
+	fs.IntVar(&o.GitMaxSweepChanges, "git-max-sweep-changes", int(orDefault(int64(o.GitMaxSweepChanges), gitwriter.DefaultMaxSweepChanges)), "mirror: most files the sweep after a full replay removes from a target's folder in one commit; a sweep that would remove more is not made (GitTarget reason TargetTooLarge)")
 	fs.StringVar(&o.ClusterName, "cluster-name", o.ClusterName, "mirror: name of this cluster in every commit's Cluster trailer (empty leaves the trailer out)")
 	fs.StringVar(&o.UnattributedAuthor, "unattributed-author", o.UnattributedAuthor, `mirror: "Name <email>" authoring changes author attribution found no audit fact for (Attribution: absent), instead of the GitProvider's committer; needs --author-attribution`)
 	fs.StringVar(&o.SecretHashKeySecret, "secret-hash-key-secret", o.SecretHashKeySecret, `mirror: Secret ("namespace/name", created when missing) holding the key that recognises unchanged Secrets of GitTargets with spec.secrets.mode Encrypt, so they are not re-encrypted after a restart`)
@@ -176,6 +184,9 @@ func (o *Options) Validate() error {
 	}
 	if o.GitMaxFetchBytes < 0 || o.GitMaxFetchObjectBytes < 0 {
 		errs = append(errs, errors.New("--git-max-fetch-bytes and --git-max-fetch-object-bytes must be positive"))
+	}
+	if o.GitMaxSweepEntries < 0 || o.GitMaxSweepChanges < 0 {
+		errs = append(errs, errors.New("--git-max-sweep-entries and --git-max-sweep-changes must be positive"))
 	}
 	if o.CommitRequestWebhookClientCA != "" && len(o.CommitRequestWebhookClientNames) == 0 {
 		errs = append(errs, errors.New("--commitrequest-webhook-client-ca needs --commitrequest-webhook-client-names: any certificate of the CA would be accepted otherwise"))
@@ -272,6 +283,7 @@ func SetupWithEngine(mgr ctrl.Manager, o Options) (*engine.Engine, error) {
 	}
 	eng.WriterHook = func(cfg *gitwriter.Config) {
 		cfg.Egress, cfg.MaxFetchBytes, cfg.MaxFetchObjectBytes = policy, o.GitMaxFetchBytes, o.GitMaxFetchObjectBytes
+		cfg.MaxSweepEntries, cfg.MaxSweepChanges = o.GitMaxSweepEntries, o.GitMaxSweepChanges
 		cfg.Cluster, cfg.Unattributed = o.ClusterName, unattributed
 	}
 	if err := mgr.Add(eng); err != nil {

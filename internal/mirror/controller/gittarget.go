@@ -454,6 +454,9 @@ func (r *GitTargetReconciler) writeStatus(ctx context.Context, target *mirrorv1a
 		} else if errors.Is(st.Writer.LastError, gitwriter.ErrFetchTooLarge) {
 			ready.Reason = gitwriter.ReasonFetchTooLarge
 		}
+	case st.Writer.TooLarge[string(target.UID)] != nil:
+		// Only this target's sweep was refused; its other changes and other targets' go on.
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, gitwriter.ReasonTargetTooLarge, st.Writer.TooLarge[string(target.UID)].Error()
 	case st.Streams == 0:
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionTrue, "Idle", "no WatchRule or ClusterWatchRule selects a resource for this target"
 	default:

@@ -1,6 +1,7 @@
 package gitwriter
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -12,6 +13,12 @@ import (
 
 	"github.com/siteops/siteops/internal/mirror/metrics"
 )
+
+// sweepOutcome is what became of one sweep of a build: err is its refusal, nil when it ran.
+type sweepOutcome struct {
+	target, dir string
+	err         error
+}
 
 type appliedChange struct {
 	ops  []*Op
@@ -92,6 +99,7 @@ func (w *Writer) build(base plumbing.Hash, ops []Op, cmd *Command) (plumbing.Has
 	w.store.tracking = true
 	defer func() { w.store.tracking = false }()
 	w.built = w.built[:0]
+	w.sweeps = w.sweeps[:0]
 	w.commits, w.commandCommit = w.commits[:0], plumbing.ZeroHash
 	parent := base
 	parentTree := rootTree
@@ -236,14 +244,28 @@ func (w *Writer) apply(g *groupChanges, op *Op) error {
 		_, err := ix.remove(op.Change.Path)
 		return err
 	case OpSweep:
-		files, err := ix.files(op.SweepDir)
+		files, err := ix.files(op.SweepDir, w.cfg.MaxSweepEntries)
+		var tooLarge *folderTooLarge
+		if errors.As(err, &tooLarge) {
+			w.sweeps = append(w.sweeps, sweepOutcome{target: op.Target, dir: op.SweepDir, err: tooLarge})
+			return nil
+		}
 		if err != nil {
 			return err
 		}
+		var gone []string
 		for _, f := range files {
-			if _, keep := op.Keep[f]; keep {
-				continue
+			if _, keep := op.Keep[f]; !keep {
+				gone = append(gone, f)
 			}
+		}
+		if len(gone) > w.cfg.MaxSweepChanges {
+			err := &folderTooLarge{dir: op.SweepDir, what: fmt.Sprintf("it would remove %d files, more than %d (limit: %s)", len(gone), w.cfg.MaxSweepChanges, FlagMaxSweepChanges)}
+			w.sweeps = append(w.sweeps, sweepOutcome{target: op.Target, dir: op.SweepDir, err: err})
+			return nil
+		}
+		w.sweeps = append(w.sweeps, sweepOutcome{target: op.Target, dir: op.SweepDir})
+		for _, f := range gone {
 			name := strings.TrimSuffix(f[strings.LastIndex(f, "/")+1:], ".yaml")
 			if err := g.touch(f, op.SweepRefPrefix+name, op); err != nil {
 				return err

@@ -34,6 +34,7 @@ func (w *Writer) flush(ctx context.Context, ops []Op, cmd *Command) (CommandResu
 		if err != nil {
 			return res, err
 		}
+		w.noteSweeps(ctx)
 		if newTip == base {
 			w.recordCursors(ctx, received)
 			return res, nil
@@ -124,5 +125,32 @@ func (w *Writer) recordCursors(ctx context.Context, ops []Op) {
 	}
 	if len(order) > 0 {
 		w.setStatus(func(s *Status) { s.CursorError = cerr })
+	}
+}
+
+// noteSweeps records the sweeps of the last build: a refused one stays in Status.TooLarge
+// (logged and reported once) until a sweep of the same folder runs.
+func (w *Writer) noteSweeps(ctx context.Context) {
+	if len(w.sweeps) == 0 {
+		return
+	}
+	changed := false
+	w.mu.Lock()
+	for _, s := range w.sweeps {
+		_, had := w.refusals[s.target][s.dir]
+		if s.err == nil {
+			w.refusals.clear(s.target, s.dir)
+			changed = changed || had
+			continue
+		}
+		if !had {
+			logf.FromContext(ctx).Info("sweep refused; the target's other changes go on", "target", s.target, "reason", s.err.Error())
+			changed = true
+		}
+		w.refusals.set(s.target, s.dir, s.err)
+	}
+	w.mu.Unlock()
+	if changed {
+		w.setStatus(func(*Status) {})
 	}
 }

@@ -132,22 +132,32 @@ func (ix *treeIndex) remove(p string) (bool, error) {
 	return true, nil
 }
 
-// files lists the file paths under folder dir, recursively, sorted.
-func (ix *treeIndex) files(dir string) ([]string, error) {
-	chain, name, err := ix.walk(dir+"/x", false)
+// files lists the file paths under folder dir, recursively, sorted. It looks at most
+// maxEntries files and folders (a folder met twice counts twice: a tree bomb names millions of
+// paths with a few objects) and maxSweepDepth levels; past either it returns a
+// *folderTooLarge, and the folders it loaded are let go again.
+func (ix *treeIndex) files(dir string, maxEntries int) ([]string, error) {
+	chain, _, err := ix.walk(dir+"/x", false)
 	if err != nil || chain == nil {
 		return nil, err
 	}
-	_ = name
+	top := chain[len(chain)-1]
 	var out []string
-	var visit func(prefix string, d *dirNode) error
-	visit = func(prefix string, d *dirNode) error {
+	seen := 0
+	var visit func(prefix string, d *dirNode, depth int) error
+	visit = func(prefix string, d *dirNode, depth int) error {
+		if depth > maxSweepDepth {
+			return &folderTooLarge{dir: dir, what: fmt.Sprintf("its folders nest more than %d levels deep", maxSweepDepth)}
+		}
 		if err := ix.load(d); err != nil {
 			return err
 		}
+		if seen += len(d.entries); seen > maxEntries {
+			return &folderTooLarge{dir: dir, what: fmt.Sprintf("it holds more than %d files and folders (limit: %s)", maxEntries, FlagMaxSweepEntries)}
+		}
 		for n, e := range d.entries {
 			if e.dir != nil {
-				if err := visit(prefix+n+"/", e.dir); err != nil {
+				if err := visit(prefix+n+"/", e.dir, depth+1); err != nil {
 					return err
 				}
 			} else {
@@ -156,7 +166,11 @@ func (ix *treeIndex) files(dir string) ([]string, error) {
 		}
 		return nil
 	}
-	if err := visit(dir+"/", chain[len(chain)-1]); err != nil {
+	if err := visit(dir+"/", top, 0); err != nil {
+		if !top.dirty {
+			// Nothing below was changed: forget what the walk loaded, it is read again if needed.
+			top.loaded, top.entries = false, nil
+		}
 		return nil, err
 	}
 	slices.Sort(out)

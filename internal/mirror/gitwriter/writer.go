@@ -61,6 +61,14 @@ type Config struct {
 	// a small pack of highly compressed objects cannot fill it; default
 	// DefaultMaxFetchObjectBytes (FlagMaxFetchObjectBytes).
 	MaxFetchObjectBytes int64
+	// MaxSweepEntries bounds the files and folders one sweep looks at in a target's folder (a
+	// folder met twice counts twice), so a tree bomb in the repository cannot fill memory; a
+	// larger folder is not swept and its target says TargetTooLarge. Default
+	// DefaultMaxSweepEntries (FlagMaxSweepEntries).
+	MaxSweepEntries int
+	// MaxSweepChanges bounds the files one sweep removes, and so the size of its commit; a sweep
+	// that would remove more is not made. Default DefaultMaxSweepChanges (FlagMaxSweepChanges).
+	MaxSweepChanges int
 	// Signer signs every commit; nil makes unsigned commits. A commit that cannot be signed is
 	// not made: the batch stays pending.
 	Signer Signer
@@ -86,6 +94,9 @@ type Status struct {
 	LastError error
 	// CursorError is the last cursor store failure, cleared by a successful cursor write.
 	CursorError error
+	// TooLarge holds, by GitTarget UID, a sweep refused for the size of the target's folder
+	// (ErrTargetTooLarge), until a sweep of that folder runs. The other changes were committed.
+	TooLarge map[string]error
 }
 
 // Writer commits and pushes Ops for one repository and branch. Run it with Run.
@@ -104,6 +115,10 @@ type Writer struct {
 	built []plumbing.Hash
 	// pushedObjects counts objects pushed since the repository was opened.
 	pushedObjects int
+	// sweeps are the sweeps of the current build and what became of them.
+	sweeps []sweepOutcome
+	// refusals are the sweeps refused so far, for Status.TooLarge; guarded by mu.
+	refusals sweepRefusals
 	// commits and commandCommit are the commits of the current build, and the last one that
 	// carries a command's message.
 	commits       []plumbing.Hash
@@ -142,8 +157,14 @@ func New(cfg Config) *Writer {
 	if cfg.MaxFetchObjectBytes <= 0 {
 		cfg.MaxFetchObjectBytes = DefaultMaxFetchObjectBytes
 	}
+	if cfg.MaxSweepEntries <= 0 {
+		cfg.MaxSweepEntries = DefaultMaxSweepEntries
+	}
+	if cfg.MaxSweepChanges <= 0 {
+		cfg.MaxSweepChanges = DefaultMaxSweepChanges
+	}
 	return &Writer{cfg: cfg, in: make(chan Op, 4096), name: egress.Redact(cfg.URL) + "#" + cfg.Branch, remote: newRemote(cfg), commands: make(chan commandRequest), stopped: make(chan struct{}),
-		queuedBytes: semaphore.NewWeighted(cfg.MaxQueuedBytes)}
+		queuedBytes: semaphore.NewWeighted(cfg.MaxQueuedBytes), refusals: sweepRefusals{}}
 }
 
 // OnStatusChange registers fn to be called (without locks held) after each push or failure.
@@ -187,6 +208,7 @@ func (w *Writer) Status() Status {
 	defer w.mu.Unlock()
 	s := w.status
 	s.Pending += w.queued
+	s.TooLarge = w.refusals.byTarget()
 	return s
 }
 
