@@ -159,3 +159,23 @@ generated rules (its own kinds, credential Secrets by name, Events, access revie
 {{- end -}}
 {{- toYaml $out -}}
 {{- end -}}
+
+{{/*
+GOMEMLIMIT in bytes: 90% of resources.limits.memory (a whole number of bytes, or with the unit
+k, M, G, Ki, Mi or Gi); empty without a memory limit.
+*/}}
+{{- define "siteops.goMemLimit" -}}
+{{- $m := "" -}}
+{{- with .Values.resources }}{{ with .limits }}{{ with .memory }}
+{{- $m = kindIs "float64" . | ternary (printf "%.0f" .) (toString .) -}}
+{{- end }}{{ end }}{{ end -}}
+{{- if $m -}}
+{{- $num := regexFind "^[0-9]+" $m -}}
+{{- $unit := trimPrefix $num $m -}}
+{{- $units := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 -}}
+{{- if or (not $num) (not (hasKey $units $unit)) -}}
+{{- fail (printf "resources.limits.memory %q: write a whole number with one of the units Ki, Mi, Gi, k, M, G (or none, for bytes), so the chart can set GOMEMLIMIT to 90%% of it" $m) -}}
+{{- end -}}
+{{- div (mul (atoi $num) (get $units $unit) 9) 10 -}}
+{{- end -}}
+{{- end -}}
