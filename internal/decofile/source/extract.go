@@ -124,7 +124,7 @@ func (c *collector) add(p string, size int64, open func() (io.ReadCloser, error)
 	}
 	defer func() { _ = rc.Close() }()
 	// Read one byte past what is left so a lying size header cannot push us over the limit.
-	data, err := io.ReadAll(io.LimitReader(rc, left+1))
+	data, err := readSized(io.LimitReader(rc, left+1), min(size, left))
 	if err != nil {
 		return &Error{Reason: ReasonInvalidArchive, Err: fmt.Errorf("read %s: %w", p, err)}
 	}
@@ -147,6 +147,25 @@ func (c *collector) add(p string, size int64, open func() (io.ReadCloser, error)
 	c.origin[name] = p
 	c.blocks[name] = data
 	return nil
+}
+
+// readSized is io.ReadAll starting with room for the size the file declares (-1: unknown), so a
+// file of that size is read into one allocation instead of a doubling series of them.
+func readSized(r io.Reader, size int64) ([]byte, error) {
+	data := make([]byte, 0, max(size, 511)+1)
+	for {
+		if len(data) == cap(data) {
+			data = append(data, 0)[:len(data)]
+		}
+		n, err := r.Read(data[len(data):cap(data)])
+		data = data[:len(data)+n]
+		if errors.Is(err, io.EOF) {
+			return data, nil
+		}
+		if err != nil {
+			return data, err
+		}
+	}
 }
 
 func (c *collector) tooBig(observed int64) error {
