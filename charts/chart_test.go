@@ -349,6 +349,7 @@ func TestCompleteValuesValidate(t *testing.T) {
 flags:
   valkey-sentinel-addrs: [valkey-sentinel-0.valkey:26379, valkey-sentinel-1.valkey:26379]
   redis-addr: valkey.valkey:6379
+  commitrequest-webhook-client-ca: /etc/siteops/apiserver-admission/ca.crt
   github-token-orgs: [deco-sites]
 secrets:
   valkeyAdminPassword: {name: valkey-admin}
@@ -788,6 +789,29 @@ func TestNotesWarnAboutMissingSettings(t *testing.T) {
 	// The CommitRequest webhook's warning follows the helper that decides whether it is served.
 	if n := notes("flags: {commitrequest-webhook: false}"); strings.Contains(n, "commitrequest-webhook-client-ca") {
 		t.Errorf("notes warn about the CommitRequest webhook's client CA while it is off:\n%s", n)
+	}
+}
+
+// TestCommitRequestWebhookNeedsClientCA: the chart refuses to serve the CommitRequest webhook
+// (mirror part with redis-addr) without its client CA, as the manager refuses to start, and
+// says which value to set.
+func TestCommitRequestWebhookNeedsClientCA(t *testing.T) {
+	install := func(doc string) error {
+		_, err := newInstall("siteops", namespace).Run(loadChart(t), values(t, doc))
+		return err
+	}
+	err := install("flags: {redis-addr: 'valkey:6379'}")
+	if err == nil || !strings.Contains(err.Error(), "flags.commitrequest-webhook-client-ca is required") || !strings.Contains(err.Error(), "flags.commitrequest-webhook: false") {
+		t.Errorf("redis-addr without the client CA: %v, want a refusal naming both values", err)
+	}
+	for _, doc := range []string{
+		"flags: {redis-addr: 'valkey:6379', commitrequest-webhook-client-ca: /etc/siteops/ca.crt}",
+		"flags: {redis-addr: 'valkey:6379', commitrequest-webhook: false}",
+		"flags: {redis-addr: 'valkey:6379', controllers: [decofile, tenant]}",
+	} {
+		if err := install(doc); err != nil {
+			t.Errorf("%s: %v", doc, err)
+		}
 	}
 }
 

@@ -66,7 +66,7 @@ func TestNetworkPolicy(t *testing.T) {
 
 	t.Run("attribution, configured peers", func(t *testing.T) {
 		m := render(t, "siteops", namespace, values(t, `
-flags: {author-attribution: true, redis-addr: "redis:6379"}
+flags: {author-attribution: true, redis-addr: "redis:6379", commitrequest-webhook-client-ca: /ca.pem}
 networkPolicy:
   apiServer: [{ipBlock: {cidr: 172.16.0.0/28}}]
   metrics: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}}]

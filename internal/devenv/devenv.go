@@ -169,6 +169,11 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 		}
 		configure = append(configure, audit.Configure)
 	}
+	if admission, err := commitRequestWebhookClient(filepath.Join(serversDir, "admission"), &mo); err != nil {
+		return nil, err
+	} else if admission != nil {
+		configure = append(configure, admission.Configure)
+	}
 	var access *node.APIAccess
 	if o.Node {
 		nodeAPI, a, err := nodeAPIServer(filepath.Join(serversDir, "node-api"))

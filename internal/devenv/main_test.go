@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// devEnv is the dev environment with the Decofile part, started on first use.
+// devEnv is the dev environment with the Decofile and mirror parts, started on first use.
 func devEnv(t *testing.T) *devenv.Env {
 	t.Helper()
 	if testing.Short() {
@@ -44,7 +44,7 @@ func devEnv(t *testing.T) *devenv.Env {
 	}
 	sharedOnce.Do(func() {
 		mo := manager.DefaultOptions()
-		mo.Controllers = []string{manager.PartDecofile}
+		mo.Controllers = []string{manager.PartDecofile, manager.PartMirror}
 		if sharedDir, sharedErr = os.MkdirTemp("", "devenv-test-"); sharedErr != nil {
 			return
 		}

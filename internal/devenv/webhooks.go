@@ -13,12 +13,19 @@ import (
 
 	"github.com/siteops/siteops/internal/decofile/inject"
 	"github.com/siteops/siteops/internal/manager"
+	"github.com/siteops/siteops/internal/mirror/commitrequest"
 	"github.com/siteops/siteops/internal/servers"
 )
 
-// webhooksWanted reports whether the manager serves the Decofile admission webhooks.
-func webhooksWanted(mo *manager.Options) bool {
+// injectionWanted reports whether the manager serves the Decofile admission webhooks.
+func injectionWanted(mo *manager.Options) bool {
 	return mo.Enabled(manager.PartDecofile) && !mo.Decofile.DisableInjection
+}
+
+// webhooksWanted reports whether the manager serves admission webhooks the local API server
+// calls: the Decofile ones or the mirror's CommitRequest webhook.
+func webhooksWanted(mo *manager.Options) bool {
+	return injectionWanted(mo) || commitRequestWebhookServed(mo)
 }
 
 // installWebhooks points the manager's webhook server at a loopback port with a self-signed
@@ -35,8 +42,16 @@ func installWebhooks(ctx context.Context, c client.Client, stateDir string, mo *
 	mo.WebhookSelfSigned = true
 	mo.WebhookCertHosts = []string{"127.0.0.1"}
 
-	mwc, vwc := inject.WebhookConfigurations(inject.URLClientConfig("https://127.0.0.1:"+strconv.Itoa(port), nil))
-	for _, obj := range []client.Object{mwc, vwc} {
+	base := "https://127.0.0.1:" + strconv.Itoa(port)
+	var configs []client.Object
+	if injectionWanted(mo) {
+		mwc, vwc := inject.WebhookConfigurations(inject.URLClientConfig(base, nil))
+		configs = append(configs, mwc, vwc)
+	}
+	if commitRequestWebhookServed(mo) {
+		configs = append(configs, commitrequest.WebhookConfiguration(commitrequest.URLClientConfig(base, nil)))
+	}
+	for _, obj := range configs {
 		if err := c.Create(ctx, obj); apierrors.IsAlreadyExists(err) {
 			existing := obj.DeepCopyObject().(client.Object)
 			if err := c.Get(ctx, client.ObjectKeyFromObject(obj), existing); err != nil {

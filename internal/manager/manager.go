@@ -226,7 +226,12 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if o.Enabled(PartDecofile) {
 		decofilecontroller.CacheOptions(&co)
 	}
-	webhooks := &webhookServer{Server: webhook.NewServer(webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.WebhookCertDir})}
+	wo := webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.WebhookCertDir}
+	if o.Enabled(PartMirror) {
+		// The CommitRequest webhook tells the API server by its client certificate.
+		wo.TLSOpts = o.Mirror.WebhookTLSOpts()
+	}
+	webhooks := &webhookServer{Server: webhook.NewServer(wo)}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme.New(),
 		Cache:                         co,

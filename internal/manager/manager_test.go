@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
@@ -43,6 +44,26 @@ func TestUnknownControllerIsRejected(t *testing.T) {
 	err := o.Validate()
 	if err == nil || !strings.Contains(err.Error(), `unknown part "dns"`) {
 		t.Fatalf("Validate() = %v, want an error naming the unknown part", err)
+	}
+}
+
+// TestCommitRequestWebhookFailsClosed: a manager that would serve the CommitRequest webhook
+// (the mirror part with Redis, the flag's default) without --commitrequest-webhook-client-ca
+// does not start, and says which flag to set; nothing is served that records forged authors.
+func TestCommitRequestWebhookFailsClosed(t *testing.T) {
+	o := manager.DefaultOptions()
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	o.BindFlags(fs)
+	if err := fs.Parse([]string{"--controllers=mirror", "--redis-addr=127.0.0.1:6379"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := manager.New(&rest.Config{Host: "https://127.0.0.1:1"}, o)
+	if err == nil || !strings.Contains(err.Error(), "--commitrequest-webhook needs --commitrequest-webhook-client-ca") || !strings.Contains(err.Error(), "--commitrequest-webhook=false") {
+		t.Fatalf("manager.New without the client CA: %v, want a refusal naming --commitrequest-webhook-client-ca and --commitrequest-webhook=false", err)
+	}
+	o.Mirror.CommitRequestWebhook = false
+	if err := o.Validate(); err != nil {
+		t.Errorf("with the webhook off: %v", err)
 	}
 }
 

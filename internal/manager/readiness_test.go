@@ -36,6 +36,7 @@ func TestReadinessIsServingWebhooks(t *testing.T) {
 	o.WebhookSelfSigned = true
 	o.WebhookCertHosts = []string{host}
 	o.Mirror.RedisAddr = redis.Addr
+	o.Mirror.CommitRequestWebhookClientCA = testenv.NewMTLS(t, "kube-apiserver", "127.0.0.1").CAFile
 	mgr, err := manager.New(c.Config, o)
 	if err != nil {
 		t.Fatal(err)

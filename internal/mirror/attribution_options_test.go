@@ -21,7 +21,7 @@ func TestAttributionFlags(t *testing.T) {
 			t.Errorf("Validate() = %v; want a complaint about %s", err, want)
 		}
 	}
-	o = parse(t, "--author-attribution", "--redis-addr=127.0.0.1:6379", "--audit-client-ca=/ca.pem", "--audit-cert-dir=/certs", "--author-attribution-route=prod")
+	o = parse(t, "--author-attribution", "--redis-addr=127.0.0.1:6379", "--audit-client-ca=/ca.pem", "--audit-cert-dir=/certs", "--author-attribution-route=prod", "--commitrequest-webhook-client-ca=/ca.pem")
 	if err := o.Validate(); err != nil {
 		t.Fatalf("complete attribution flags rejected: %v", err)
 	}

@@ -38,13 +38,16 @@ func TestCommitRequestCommitsAsSubmitter(t *testing.T) {
 		t.Fatal(err)
 	}
 	vwc := commitrequest.WebhookConfiguration(commitrequest.URLClientConfig("https://127.0.0.1:"+strconv.Itoa(port), nil))
+	// The webhook accepts only the API server, which presents its admission client certificate.
+	certs, admission := admissionClient(t, "127.0.0.1:"+strconv.Itoa(port))
 	c := testenv.NewAPIServer(t, servers.APIServerOptions{Webhooks: envtest.WebhookInstallOptions{
 		LocalServingHost: "127.0.0.1", LocalServingPort: port,
 		ValidatingWebhooks: []*admissionregistrationv1.ValidatingWebhookConfiguration{vwc},
-	}})
+	}, Configure: admission.Configure})
 	redis := testenv.Redis(t, servers.RedisOptions{})
 	f := newFixture(t, c)
-	eng := runWebhookManager(t, c, mirror.Options{RedisAddr: redis.Addr, RedisKeyPrefix: "cmd", CommitRequestWebhook: true})
+	eng := runWebhookManager(t, c, mirror.Options{RedisAddr: redis.Addr, RedisKeyPrefix: "cmd", CommitRequestWebhook: true,
+		CommitRequestWebhookClientCA: certs.CAFile, CommitRequestWebhookClientNames: []string{"kube-apiserver"}})
 
 	f.target(t, "site", "site", time.Hour, "")
 	f.watchRule(t, "cms", "site", cmRule())
@@ -211,14 +214,16 @@ func TestCommitRequestAfterAttributedChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	vwc := commitrequest.WebhookConfiguration(commitrequest.URLClientConfig("https://127.0.0.1:"+strconv.Itoa(hookPort), nil))
+	hookCerts, admission := admissionClient(t, "127.0.0.1:"+strconv.Itoa(hookPort))
 	c := testenv.NewAPIServer(t, servers.APIServerOptions{
 		Webhooks: envtest.WebhookInstallOptions{LocalServingHost: "127.0.0.1", LocalServingPort: hookPort,
 			ValidatingWebhooks: []*admissionregistrationv1.ValidatingWebhookConfiguration{vwc}},
-		Configure: aw.Configure,
+		Configure: func(env *envtest.Environment) { aw.Configure(env); admission.Configure(env) },
 	})
 	redis := testenv.Redis(t, servers.RedisOptions{})
 	f := newFixture(t, c)
 	eng := runWebhookManager(t, c, mirror.Options{RedisAddr: redis.Addr, RedisKeyPrefix: "cmdattr", CommitRequestWebhook: true,
+		CommitRequestWebhookClientCA: hookCerts.CAFile, CommitRequestWebhookClientNames: []string{"kube-apiserver"},
 		Attribution: attribution.Options{Enabled: true, Grace: 4 * time.Second, FactTTL: time.Minute, Route: "prod",
 			ListenAddress: addr, CertDir: certs.CertDir, ClientCAFile: certs.CAFile, ClientNames: []string{"kube-apiserver"}}})
 

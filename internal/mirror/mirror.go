@@ -3,6 +3,7 @@
 package mirror
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -48,9 +49,10 @@ type Options struct {
 	// CommitRequest (needs RedisAddr and the manager's webhook server certificate). The flag
 	// defaults to on; code that builds a manager without a webhook server leaves it off.
 	CommitRequestWebhook bool
-	// CommitRequestWebhookClientCA, when set, makes the CommitRequest webhook accept only callers
-	// with a client certificate of this CA bundle named in CommitRequestWebhookClientNames: the
-	// API server, given a client certificate with an AdmissionConfiguration kubeconfig.
+	// CommitRequestWebhookClientCA makes the CommitRequest webhook accept only callers with a
+	// client certificate of this CA bundle named in CommitRequestWebhookClientNames: the API
+	// server, given a client certificate with an AdmissionConfiguration kubeconfig. Required
+	// while the webhook is served: the webhook fails closed.
 	CommitRequestWebhookClientCA string
 	// CommitRequestWebhookClientNames are the accepted client certificate names (common name or
 	// DNS name).
@@ -122,7 +124,7 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	if o.CommitRequestWebhookClientNames == nil {
 		o.CommitRequestWebhookClientNames = []string{"kube-apiserver"}
 	}
-	fs.StringVar(&o.CommitRequestWebhookClientCA, "commitrequest-webhook-client-ca", o.CommitRequestWebhookClientCA, "mirror: PEM bundle of the API server's admission client certificate; when set, the CommitRequest webhook refuses callers without an accepted certificate (see docs/mirror.md)")
+	fs.StringVar(&o.CommitRequestWebhookClientCA, "commitrequest-webhook-client-ca", o.CommitRequestWebhookClientCA, "mirror: PEM bundle of the API server's admission client certificate; the CommitRequest webhook refuses callers without an accepted certificate, and the manager does not start the webhook without it (see docs/mirror.md)")
 	fs.StringSliceVar(&o.CommitRequestWebhookClientNames, "commitrequest-webhook-client-names", o.CommitRequestWebhookClientNames, "mirror: client certificate names (common name or DNS name) the CommitRequest webhook accepts from --commitrequest-webhook-client-ca")
 	if len(o.GitAllowedSchemes) == 0 {
 		o.GitAllowedSchemes = slices.Clone(egress.DefaultSchemes)
@@ -188,6 +190,9 @@ func (o *Options) Validate() error {
 	if o.GitMaxSweepEntries < 0 || o.GitMaxSweepChanges < 0 {
 		errs = append(errs, errors.New("--git-max-sweep-entries and --git-max-sweep-changes must be positive"))
 	}
+	if err := o.commitRequestWebhookAuth(); err != nil {
+		errs = append(errs, err)
+	}
 	if o.CommitRequestWebhookClientCA != "" && len(o.CommitRequestWebhookClientNames) == 0 {
 		errs = append(errs, errors.New("--commitrequest-webhook-client-ca needs --commitrequest-webhook-client-names: any certificate of the CA would be accepted otherwise"))
 	}
@@ -198,6 +203,33 @@ func (o *Options) Validate() error {
 		errs = append(errs, errors.New("--author-attribution needs --redis-addr: the audit facts are kept in Redis"))
 	}
 	return errors.Join(errs...)
+}
+
+// commitRequestWebhookServed reports whether the CommitRequest webhook is served: it is on and
+// has Redis to keep its records in.
+func (o *Options) commitRequestWebhookServed() bool {
+	return o.CommitRequestWebhook && o.RedisAddr != ""
+}
+
+// commitRequestWebhookAuth refuses a served CommitRequest webhook without a client CA: anyone
+// who reaches the webhook port could otherwise record the author of any CommitRequest not yet
+// recorded.
+func (o *Options) commitRequestWebhookAuth() error {
+	if !o.commitRequestWebhookServed() || o.CommitRequestWebhookClientCA != "" {
+		return nil
+	}
+	return errors.New("--commitrequest-webhook needs --commitrequest-webhook-client-ca: without it any caller that reaches the webhook port could record who submitted a CommitRequest (its commit author). " +
+		"Set --commitrequest-webhook-client-ca to the CA of the API server's admission client certificate (docs/mirror.md), or --commitrequest-webhook=false to have CommitRequests committed by the committer")
+}
+
+// WebhookTLSOpts are the TLS settings the mirror needs from the manager's webhook server: it asks
+// callers for a client certificate (without requiring one: other webhooks share the server)
+// while the CommitRequest webhook checks them.
+func (o *Options) WebhookTLSOpts() []func(*tls.Config) {
+	if !o.commitRequestWebhookServed() || o.CommitRequestWebhookClientCA == "" {
+		return nil
+	}
+	return []func(*tls.Config){clientauth.RequestClientCert}
 }
 
 // unattributedAuthor parses --unattributed-author; nil when it is not set.
@@ -319,12 +351,9 @@ func SetupWithEngine(mgr ctrl.Manager, o Options) (*engine.Engine, error) {
 	case !o.CommitRequestWebhook:
 	case redisStore != nil:
 		cro.Authors = redisStore.CommandAuthorStore()
-		if o.CommitRequestWebhookClientCA != "" {
-			if cro.Clients, err = clientauth.Load("--commitrequest-webhook-client-ca", o.CommitRequestWebhookClientCA, o.CommitRequestWebhookClientNames); err != nil {
-				return nil, err
-			}
-		} else {
-			log.Info("WARNING: --commitrequest-webhook-client-ca is not set: any caller that reaches the webhook port can record CommitRequest submitters for UIDs not yet recorded")
+		// Validate refused a served webhook without a CA; Load refuses an empty one again.
+		if cro.Clients, err = clientauth.Load("--commitrequest-webhook-client-ca", o.CommitRequestWebhookClientCA, o.CommitRequestWebhookClientNames); err != nil {
+			return nil, err
 		}
 	default:
 		log.Info("CommitRequest submitters are not recorded without --redis-addr: their commits are authored by the committer")

@@ -22,7 +22,7 @@ func parse(t *testing.T, args ...string) *Options {
 
 func TestOptionsFlags(t *testing.T) {
 	t.Setenv("REDIS_PASSWORD", "from-env")
-	o := parse(t, "--redis-addr=r:6379", "--redis-username=u", "--redis-db=3", "--redis-tls", "--redis-key-prefix=cell:a:")
+	o := parse(t, "--redis-addr=r:6379", "--redis-username=u", "--redis-db=3", "--redis-tls", "--redis-key-prefix=cell:a:", "--commitrequest-webhook-client-ca=/ca.pem")
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -43,6 +43,28 @@ func TestOptionsFlags(t *testing.T) {
 	}
 	if err := (&Options{}).Validate(); err != nil {
 		t.Fatalf("zero Options (no flags bound) must be valid: %v", err)
+	}
+}
+
+// TestCommitRequestWebhookNeedsClientCA: the CommitRequest webhook is served (on, with Redis)
+// only with a client CA, and then the webhook server asks callers for certificates.
+func TestCommitRequestWebhookNeedsClientCA(t *testing.T) {
+	err := parse(t, "--redis-addr=r:6379").Validate()
+	if err == nil || !strings.Contains(err.Error(), "--commitrequest-webhook-client-ca") {
+		t.Fatalf("served without a client CA: %v", err)
+	}
+	for _, args := range [][]string{
+		{"--redis-addr=r:6379", "--commitrequest-webhook=false"},
+		{}, // no Redis: the webhook is not served
+	} {
+		o := parse(t, args...)
+		if err := o.Validate(); err != nil || o.WebhookTLSOpts() != nil {
+			t.Errorf("%v: %v, TLS options %d", args, err, len(o.WebhookTLSOpts()))
+		}
+	}
+	o := parse(t, "--redis-addr=r:6379", "--commitrequest-webhook-client-ca=/ca.pem")
+	if err := o.Validate(); err != nil || len(o.WebhookTLSOpts()) != 1 {
+		t.Fatalf("with a client CA: %v, TLS options %d", err, len(o.WebhookTLSOpts()))
 	}
 }
 

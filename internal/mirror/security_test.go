@@ -6,15 +6,12 @@ import (
 	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -269,32 +266,15 @@ func TestCommitRequestCannotTakeAnotherTargetsChanges(t *testing.T) {
 	}
 }
 
-// writeAdmissionClientCert writes the API server's AdmissionConfiguration that makes it present
-// m's client certificate to admission webhooks at hostPort, and returns its path.
-func writeAdmissionClientCert(t *testing.T, m *testenv.MTLS, hostPort string) string {
+// admissionClient makes a CA with the API server's admission client certificate (common name
+// kube-apiserver) and the AdmissionConfiguration with which the API server presents it to the
+// webhook at hostPort.
+func admissionClient(t *testing.T, hostPort string) (*testenv.MTLS, *servers.AdmissionClient) {
 	t.Helper()
-	dir := t.TempDir()
-	b64 := base64.StdEncoding.EncodeToString
-	kubeconfig := fmt.Sprintf(`apiVersion: v1
-kind: Config
-users:
-- name: %q
-  user:
-    client-certificate-data: %s
-    client-key-data: %s
-`, hostPort, b64(m.ClientCertPEM), b64(m.ClientKeyPEM))
-	admission := fmt.Sprintf(`apiVersion: apiserver.config.k8s.io/v1
-kind: AdmissionConfiguration
-plugins:
-- name: ValidatingAdmissionWebhook
-  configuration:
-    apiVersion: apiserver.config.k8s.io/v1
-    kind: WebhookAdmissionConfiguration
-    kubeConfigFile: %s
-`, filepath.Join(dir, "webhook.kubeconfig"))
-	must(t, os.WriteFile(filepath.Join(dir, "webhook.kubeconfig"), []byte(kubeconfig), 0o600))
-	must(t, os.WriteFile(filepath.Join(dir, "admission.yaml"), []byte(admission), 0o600))
-	return filepath.Join(dir, "admission.yaml")
+	certs := testenv.NewMTLS(t, "kube-apiserver", "127.0.0.1")
+	a, err := servers.WriteAdmissionClient(t.TempDir(), certs.MTLS, hostPort)
+	must(t, err)
+	return certs, a
 }
 
 // TestCommitRequestAuthorCannotBeForged: the CommitRequest webhook records the submitter the
@@ -305,15 +285,12 @@ func TestCommitRequestAuthorCannotBeForged(t *testing.T) {
 	port, err := servers.FreePort("127.0.0.1")
 	must(t, err)
 	hostPort := "127.0.0.1:" + strconv.Itoa(port)
-	certs := testenv.NewMTLS(t, "kube-apiserver", "127.0.0.1")
-	admissionFile := writeAdmissionClientCert(t, certs, hostPort)
+	certs, admission := admissionClient(t, hostPort)
 	vwc := commitrequest.WebhookConfiguration(commitrequest.URLClientConfig("https://"+hostPort, nil))
 	c := testenv.NewAPIServer(t, servers.APIServerOptions{
 		Webhooks: envtest.WebhookInstallOptions{LocalServingHost: "127.0.0.1", LocalServingPort: port,
 			ValidatingWebhooks: []*admissionregistrationv1.ValidatingWebhookConfiguration{vwc}},
-		Configure: func(env *envtest.Environment) {
-			env.ControlPlane.GetAPIServer().Configure().Set("admission-control-config-file", admissionFile)
-		},
+		Configure: admission.Configure,
 	})
 	redis := testenv.Redis(t, servers.RedisOptions{})
 	runWebhookManager(t, c, mirror.Options{RedisAddr: redis.Addr, RedisKeyPrefix: "forge", CommitRequestWebhook: true,

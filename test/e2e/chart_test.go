@@ -59,6 +59,9 @@ func (e *env) chartValues() map[string]any {
 			"author-attribution-route": auditRoute,
 			"audit-cert-dir":           auditCertDir,
 			"audit-client-ca":          auditCertDir + "/ca.crt",
+			// Required with redis-addr; this API server presents no admission client
+			// certificate, and no step makes a CommitRequest.
+			"commitrequest-webhook-client-ca": auditCertDir + "/ca.crt",
 		},
 		"secrets": map[string]any{
 			"valkeyAdminPassword": map[string]any{"name": "valkey-admin", "key": "password"},

@@ -2,7 +2,6 @@ package commitrequest
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -27,9 +26,10 @@ type Options struct {
 	Identity attribution.Identity
 	// RetryAfter is the wait before retrying a request whose target is not running.
 	RetryAfter time.Duration
-	// Clients, when set, limits the webhook to callers presenting an accepted client
-	// certificate (the API server, configured with an AdmissionConfiguration kubeconfig); others
-	// get 403 and record nothing. Nil accepts any caller that reaches the webhook port.
+	// Clients limits the webhook to callers presenting an accepted client certificate (the API
+	// server, configured with an AdmissionConfiguration kubeconfig); others get 403 and record
+	// nothing. Nil accepts any caller that reaches the webhook port: the mirror part never
+	// serves it so (--commitrequest-webhook-client-ca is required); tests of the handler may.
 	Clients *clientauth.Verifier
 }
 
@@ -46,12 +46,12 @@ func Setup(mgr ctrl.Manager, o Options) error {
 			var h http.Handler = &webhook.Admission{Handler: &Recorder{Authors: o.Authors}}
 			if o.Clients != nil {
 				// The webhook server is shared with other parts' webhooks: it asks every caller
-				// for a certificate, and only this path requires an accepted one.
-				ds, ok := srv.(*webhook.DefaultServer)
-				if !ok {
-					return fmt.Errorf("commitrequest: the manager's webhook server (%T) cannot be told to request client certificates; unset --commitrequest-webhook-client-ca", srv)
+				// for a certificate, and only this path requires an accepted one. A server of
+				// another kind (the manager wraps its own) is built asking for them
+				// (mirror.Options.WebhookTLSOpts); without, every caller gets 403.
+				if ds, ok := srv.(*webhook.DefaultServer); ok {
+					ds.Options.TLSOpts = append(ds.Options.TLSOpts, clientauth.RequestClientCert)
 				}
-				ds.Options.TLSOpts = append(ds.Options.TLSOpts, clientauth.RequestClientCert)
 				h = o.Clients.Middleware(h)
 			}
 			srv.Register(WebhookPath, h)
