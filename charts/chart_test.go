@@ -406,7 +406,8 @@ func TestCredentialsOnlyFromSecrets(t *testing.T) {
 	}
 	d := render(t, "siteops", namespace, nil).deployment(t)
 	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
-		if e.Name != "POD_NAMESPACE" {
+		// POD_NAMESPACE and GOMEMLIMIT carry no credential; anything else must be opted into.
+		if e.Name != "POD_NAMESPACE" && e.Name != "GOMEMLIMIT" {
 			t.Errorf("default values set env %s; credentials must be opted into by naming a Secret", e.Name)
 		}
 	}
@@ -848,7 +849,7 @@ func TestWebhooksPerPart(t *testing.T) {
 // TestAuditReceiverService: with attribution on, the receiver's port is declared and a Service
 // reaches it; with it off (the default) neither is rendered.
 func TestAuditReceiverService(t *testing.T) {
-	m := render(t, "siteops", namespace, values(t, "flags:\n  author-attribution: true\n  redis-addr: redis:6379\n  audit-listen-address: \":9555\"\n"))
+	m := render(t, "siteops", namespace, values(t, "flags:\n  author-attribution: true\n  redis-addr: redis:6379\n  commitrequest-webhook-client-ca: /ca/ca.crt\n  audit-listen-address: \":9555\"\n"))
 	d := m.deployment(t)
 	if p := containerPort(d, "audit"); p != 9555 {
 		t.Fatalf("audit container port = %d, want 9555 from --audit-listen-address", p)
