@@ -51,7 +51,7 @@ func TestConfigMapTheCacheHasNotSeen(t *testing.T) {
 	ctx := context.Background()
 	ns := c.Namespace(t, "cm-cache", nil)
 	reads := &configMapReads{Reader: c.Client}
-	r := &Reconciler{client: cacheWithoutConfigMaps{c.Client}, reader: reads, now: time.Now}
+	r := &Reconciler{client: cacheWithoutConfigMaps{c.Client}, reader: reads, now: time.Now, memory: newMemory(64 << 20)}
 	content := `{"title":"Home"}`
 
 	newDecofile := func(name string) *decov1.Decofile {

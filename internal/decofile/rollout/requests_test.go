@@ -262,6 +262,10 @@ func TestDeliveryWritesRolloutWithoutPods(t *testing.T) {
 			got = e.get(df)
 			c := meta.FindStatusCondition(got.Status.Conditions, decov1alpha1.ConditionPodsNotified)
 			ro := got.Status.Rollout
+			// The ConfigMap is written before the status: a status of the edit before may still be here.
+			if got.Status.ObservedGeneration != got.Generation {
+				return fmt.Errorf("status of generation %d, want %d", got.Status.ObservedGeneration, got.Generation)
+			}
 			if !meta.IsStatusConditionTrue(got.Status.Conditions, decov1alpha1.ConditionReady) || c == nil || c.Status != metav1.ConditionTrue ||
 				got.Status.NotifiedHash != got.Status.ContentHash || ro == nil || ro.ID != decov1alpha1.RolloutID(&got.Status) || ro.FinishedAt == nil {
 				return fmt.Errorf("status %+v", got.Status)
