@@ -18,6 +18,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -100,6 +101,10 @@ func runManagerWith(t testing.TB, c *testenv.Cluster, o mirror.Options, probeAdd
 		Controller: config.Controller{SkipNameValidation: ptr(true)},
 	})
 	if err != nil {
+		t.Fatal(err)
+	}
+	// A check that always passes, so /readyz answers 200 unless a check the mirror added fails.
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		t.Fatal(err)
 	}
 	eng, err := mirror.SetupWithEngine(mgr, localGit(o))
