@@ -201,7 +201,7 @@ func (o *Options) bindRolloutFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&n.PodTimeout, "notify-pod-timeout", orDefault(n.PodTimeout, notify.DefaultPodTimeout), "time one notification attempt on one pod may take")
 	fs.IntVar(&n.Attempts, "notify-attempts", orDefault(n.Attempts, notify.DefaultAttempts), "attempts per pod (unreachable pods and 5xx answers are retried with backoff)")
 	fs.DurationVar(&n.Timeout, "notify-timeout", orDefault(n.Timeout, notify.DefaultTimeout), "time a whole rollout may take; pods not confirmed by then fail it")
-	fs.Int64Var(&o.Rollout.MemoryBytes, "notify-memory-bytes", o.Rollout.MemoryBytes, "Decofile content bytes all running push rollouts may hold together, one namespace at most --decofile-max-content-bytes of it (0: twice --decofile-max-content-bytes)")
+	fs.Int64Var(&o.Rollout.MemoryBytes, "notify-memory-bytes", o.Rollout.MemoryBytes, "Decofile content bytes running push rollouts may hold together while they send it (not while a progressive rollout pauses), one namespace a third of it or one content larger than that alone (0: three times --decofile-max-content-bytes)")
 	if o.Rollout.Protocol == "" {
 		o.Rollout.Protocol = notify.ProtocolPush
 	}

@@ -51,6 +51,12 @@ func (e *TooLargeError) Error() string {
 // larger than the share, and only while it holds nothing else, so any request up to the total
 // can run. A request larger than the total fails at once with a *TooLargeError.
 func (b *Budget) Acquire(ctx context.Context, ns string, n int64) (func(), error) {
+	return b.AcquireOrReport(ctx, ns, n, nil)
+}
+
+// AcquireOrReport is Acquire that calls onWait (when set) once, before it first waits, so the
+// caller can say why its work has not started.
+func (b *Budget) AcquireOrReport(ctx context.Context, ns string, n int64, onWait func()) (func(), error) {
 	n = max(n, 1)
 	if n > b.total {
 		return nil, &TooLargeError{Want: n, Total: b.total}
@@ -67,6 +73,10 @@ func (b *Budget) Acquire(ctx context.Context, ns string, n int64) (func(), error
 		}
 		changed := b.changed
 		b.mu.Unlock()
+		if onWait != nil {
+			onWait()
+			onWait = nil
+		}
 		select {
 		case <-changed:
 		case <-ctx.Done():

@@ -51,3 +51,40 @@ func TestNamespaceShare(t *testing.T) {
 		t.Fatalf("over the total: want a TooLargeError, got %v", err)
 	}
 }
+
+// TestAcquireOrReportSaysWhyOnce: onWait runs once when the request has to wait, however often
+// it is woken, and not at all when it fits at once.
+func TestAcquireOrReportSaysWhyOnce(t *testing.T) {
+	ctx := context.Background()
+	b := New(11, 11)
+	hold, err := b.AcquireOrReport(ctx, "a", 10, func() { t.Error("onWait called for a request that fits") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan struct{}, 10)
+	got := make(chan error, 1)
+	go func() {
+		r, err := b.AcquireOrReport(ctx, "b", 5, func() { waiting <- struct{}{} })
+		if err == nil {
+			r()
+		}
+		got <- err
+	}()
+	<-waiting
+	// Releases that do not make room wake the waiter without a second report.
+	for range 3 {
+		extra, err := b.Acquire(ctx, "c", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		extra()
+		time.Sleep(20 * time.Millisecond) // lets the waiter wake and look again
+	}
+	hold()
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if n := len(waiting); n != 0 {
+		t.Fatalf("onWait called %d more times, want once", n)
+	}
+}

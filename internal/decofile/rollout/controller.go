@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/internal/decofile/budget"
 	decofilecontroller "github.com/siteops/siteops/internal/decofile/controller"
 	"github.com/siteops/siteops/internal/decofile/notify"
 )
@@ -61,8 +62,9 @@ type Options struct {
 	MaxContentBytes int64
 	// MaxConcurrentLoads is how many stored contents are decoded at the same time.
 	MaxConcurrentLoads int
-	// MemoryBytes bounds the content all running push rollouts hold together (default twice
-	// MaxContentBytes); one namespace's rollouts hold at most MaxContentBytes of it.
+	// MemoryBytes bounds the content all running push rollouts hold together (default three
+	// times MaxContentBytes); one namespace's rollouts hold a third of it, or one content larger
+	// than that alone.
 	MemoryBytes int64
 	// Loaders read the stored content per target; configmap is always available.
 	Loaders map[decov1alpha1.TargetType]Loader
@@ -84,7 +86,7 @@ type Reconciler struct {
 	// loads holds a slot per content being loaded.
 	loads chan struct{}
 	// memory is what running push rollouts may hold.
-	memory *budget
+	memory *budget.Budget
 	// runners and the requeue channel: see runners.go.
 	runners runners
 	// written holds, per Decofile, the resourceVersion of this controller's last status write
@@ -127,7 +129,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		o.MaxConcurrentLoads = DefaultMaxConcurrentLoads
 	}
 	if o.MemoryBytes <= 0 {
-		o.MemoryBytes = 2 * o.MaxContentBytes
+		o.MemoryBytes = 3 * o.MaxContentBytes
 	}
 	// ConfigMaps, Secrets and Pods are read straight from the API server: only at rollout time,
 	// and without caching every Secret and Pod of the cluster in the manager.
@@ -151,7 +153,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		opts:        o,
 		failures:    map[string]failure{},
 		loads:       make(chan struct{}, o.MaxConcurrentLoads),
-		memory:      newBudget(o.MemoryBytes, o.MaxContentBytes),
+		memory:      newRolloutMemory(o.MemoryBytes),
 		runners:     newRunners(),
 	}
 	if err := mgr.Add(&r.runners); err != nil {
@@ -265,20 +267,13 @@ func (r *Reconciler) rollout(ctx context.Context, df *decov1alpha1.Decofile, has
 			return r.succeeded(ctx, df, hash, id, notify.Result{}, startedAt, beginRollout(id, 0, &startedAt))
 		}
 	}
-	if r.opts.Protocol == notify.ProtocolPush {
-		// The push body is held until the rollout ends, however long its pods take.
-		release, err := r.memory.acquire(ctx, df.Namespace, ContentLimit(df, r.opts.MaxContentBytes), func() {
-			log.Info("waiting for rollout memory")
-			_ = r.patchStatus(ctx, key, func(d *decov1alpha1.Decofile) bool {
-				return setCondition(d, metav1.ConditionUnknown, decov1alpha1.ReasonNotificationInProgress,
-					"Waiting for rollout memory (--notify-memory-bytes) before notifying pods for "+id)
-			})
-		})
-		if err != nil {
-			return 0 // stopped or superseded
-		}
-		defer release()
+	// The push body's memory is held while pods are sent it (a progressive rollout gives it back
+	// while it pauses) and while a rollback runs.
+	body := r.newPushBody(df, id)
+	if err := body.reserve(ctx); err != nil {
+		return 0 // stopped or superseded
 	}
+	defer body.drop()
 	if resuming {
 		// A rollback of this version did not end: finish it.
 		return r.resumeRollback(ctx, df, hash, id)
@@ -287,6 +282,7 @@ func (r *Reconciler) rollout(ctx context.Context, df *decov1alpha1.Decofile, has
 	if !ok {
 		return r.fail(ctx, df, id, hash, nil, decov1alpha1.ReasonNotificationFailed, fmt.Sprintf("no content loader for target %q in this build", df.TargetOrDefault()), time.Now())
 	}
+	body.loader = loader
 	content, err := r.load(ctx, loader, df)
 	if errors.Is(err, ErrNotYetStored) {
 		log.V(1).Info("store lags status; waiting", "reason", err.Error())
@@ -327,13 +323,12 @@ func (r *Reconciler) rollout(ctx context.Context, df *decov1alpha1.Decofile, has
 	if len(pods) > 0 {
 		ro.Progress = func(p notify.Progress) { r.recordProgress(ctx, key, id, p) }
 	}
-	if r.opts.Protocol == notify.ProtocolPush {
-		ro.Body = notify.PushBody(content.Timestamp, content.JSON)
-	}
+	body.set(content)
 	content = Content{} // the body holds the only copy needed from here on
 	if df.Spec.Rollout != nil {
-		return r.progressive(ctx, df, hash, id, ro, pods, startedAt, begin)
+		return r.progressive(ctx, df, hash, id, ro, body, pods, startedAt, begin)
 	}
+	ro.Body = body.body
 	log.Info("notifying pods", "pods", len(pods), "protocol", r.opts.Protocol)
 	runCtx, stopWatch := r.watchSupersede(ctx, key, hash)
 	res := r.notifier.Run(runCtx, ro)

@@ -58,6 +58,8 @@ type stepRun struct {
 	// begin is the start of the rollout when it is not written yet (no pods): written with the
 	// result.
 	begin func(*decov1alpha1.Decofile) bool
+	// body is what the steps send; a rollback holds its memory for the last good content.
+	body *pushBody
 }
 
 // progressive notifies the pods step by step (spec.rollout.steps), pauses after each step but
@@ -65,10 +67,10 @@ type stepRun struct {
 // cannot be notified at the start (not running, no IP) are counted as skipped and left out of
 // the plan; the steps cover the others, in name order. begin is the rollout's start when it is
 // not written yet.
-func (r *Reconciler) progressive(ctx context.Context, df *decov1alpha1.Decofile, hash, id string, ro notify.Rollout, pods []corev1.Pod, startedAt metav1.Time, begin func(*decov1alpha1.Decofile) bool) time.Duration {
+func (r *Reconciler) progressive(ctx context.Context, df *decov1alpha1.Decofile, hash, id string, ro notify.Rollout, body *pushBody, pods []corev1.Pod, startedAt metav1.Time, begin func(*decov1alpha1.Decofile) bool) time.Duration {
 	log := logf.FromContext(ctx)
 	run := &stepRun{df: df, key: client.ObjectKeyFromObject(df), hash: hash, id: id, startedAt: startedAt,
-		selected: map[string]types.UID{}, reached: map[string]bool{}, begin: begin}
+		selected: map[string]types.UID{}, reached: map[string]bool{}, begin: begin, body: body}
 	var eligible []notify.Pod
 	for i := range pods {
 		run.selected[pods[i].Name] = pods[i].UID
@@ -107,8 +109,19 @@ func (r *Reconciler) progressive(ctx context.Context, df *decov1alpha1.Decofile,
 		sro := ro
 		sro.Pods = batch
 		sro.Progress = func(p notify.Progress) { r.recordProgress(ctx, run.key, id, plus(base, p)) }
+		var err error
+		if sro.Body, err = body.get(runCtx); err != nil {
+			if stopped(ctx, runCtx) {
+				return 0
+			}
+			return r.fail(ctx, df, id, hash, &notify.Result{Progress: run.acc}, loadFailureReason(err), fmt.Sprintf("step %d/%d: %v", step, steps, err), startedAt.Time)
+		}
 		log.Info("notifying pods", "step", step, "of", steps, "pods", len(batch))
 		res := r.notifier.Run(runCtx, sro)
+		sro.Body = nil
+		if i < steps-1 {
+			body.drop() // nothing is held while the rollout pauses and checks
+		}
 		if stopped(ctx, runCtx) {
 			log.Info("progressive rollout superseded by a newer change or stopped", "step", step)
 			return 0

@@ -24,6 +24,11 @@ func (r *Reconciler) rollback(ctx context.Context, run *stepRun, why string, pro
 		uid, known := run.selected[p.Name]
 		return run.reached[p.Name] || !known || uid != p.UID
 	}
+	// The last good content takes the room the failed version's body had.
+	run.body.drop()
+	if err := run.body.reserve(ctx); err != nil {
+		return 0 // the manager is stopping; the next start takes the rollout up again
+	}
 	return r.rollBack(ctx, run.df, run.hash, run.id, run.startedAt, fmt.Sprintf("%s: %s", why, problemList(problems)), restore)
 }
 

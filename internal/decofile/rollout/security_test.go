@@ -416,16 +416,14 @@ func BenchmarkRolloutBesideHangingDecofiles(b *testing.B) {
 }
 
 // TestRolloutMemoryIsSharedPerNamespace: running push rollouts hold their content against
-// --notify-memory-bytes, one namespace at most --decofile-max-content-bytes of it. A namespace
-// whose large Decofile hangs makes its own next rollout wait (and say so), not another
-// namespace's.
+// --notify-memory-bytes, one namespace at most a third of it (or one content larger than that,
+// alone). A namespace whose large Decofile hangs makes its own next rollout wait (and say so),
+// not another namespace's.
 func TestRolloutMemoryIsSharedPerNamespace(t *testing.T) {
 	const share = 1000
 	envs := newEnvs(t, 2, rollout.Options{MaxContentBytes: share, MemoryBytes: 1500,
 		Notify: notify.Config{PodTimeout: time.Minute, Timeout: 2 * time.Minute}})
 	a, b := envs[0], envs[1]
-	sized := func(n int) []byte { return []byte(`{"pad":"` + strings.Repeat("x", n-10) + `"}`) }
-
 	big := a.decofile("big", false)
 	reached := a.hangingPod("big-a", labelled(big))
 	a.store(big, sized(800), strings.Repeat("1", 40), 1731900000, false)
