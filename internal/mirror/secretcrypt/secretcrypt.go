@@ -124,6 +124,21 @@ func (e *Encrypter) Encrypt(ctx context.Context, path string, plaintext []byte) 
 	return slices.Clone(out), nil
 }
 
+// Forget drops the ciphertext remembered in memory for path, once its Secret is deleted; the
+// cache's record expires by itself.
+func (e *Encrypter) Forget(path string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.mem, path)
+}
+
+// Remembered is how many files' ciphertexts are held in memory.
+func (e *Encrypter) Remembered() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.mem)
+}
+
 func (e *Encrypter) remember(path string, en entry) {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -80,6 +80,8 @@ type Config struct {
 // Encrypter turns a sanitized Secret into the file written for it (secretcrypt.Encrypter).
 type Encrypter interface {
 	Encrypt(ctx context.Context, path string, plaintext []byte) ([]byte, error)
+	// Forget lets go of what is remembered for the file at path, whose Secret is gone.
+	Forget(path string)
 }
 
 // Stream is one running watch.
@@ -340,12 +342,15 @@ func (s *Stream) handle(ctx context.Context, typ watch.EventType, obj *unstructu
 	path := sanitize.Path(s.cfg.BasePath, s.gr, obj.GetNamespace(), obj.GetName())
 	ref := s.cfg.GVR.GroupVersion().String() + "/" + s.gr.Resource + "/" + nsOrCluster(obj.GetNamespace()) + "/" + obj.GetName()
 	deleted := typ == watch.Deleted || obj.GetDeletionTimestamp() != nil
+	secret := s.gr == secretsResource
+	if deleted && secret && s.cfg.Secrets != nil {
+		s.cfg.Secrets.Forget(path) // whatever happens below, its ciphertext is needed no more
+	}
 	if keep != nil && !deleted {
 		// Kept even if skipped below: the sweep must not remove a file that a rule no longer
 		// updates (operations filter) but whose object still exists.
 		keep[path] = struct{}{}
 	}
-	secret := s.gr == secretsResource
 	if reason := sanitize.SkipReason(s.gr, obj); reason != "" && (!secret || s.cfg.Secrets == nil) {
 		metrics.Events.WithLabelValues("skipped").Inc()
 		return s.cfg.Sink.Enqueue(ctx, mark)

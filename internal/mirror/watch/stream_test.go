@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"filippo.io/age"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -18,6 +19,7 @@ import (
 
 	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
 	"github.com/siteops/siteops/internal/mirror/gitwriter"
+	"github.com/siteops/siteops/internal/mirror/secretcrypt"
 	"github.com/siteops/siteops/internal/servers"
 	"github.com/siteops/siteops/internal/testenv"
 )
@@ -269,5 +271,62 @@ func TestLiveEventsGoThroughSubmitEvent(t *testing.T) {
 		if strings.HasSuffix(op.Change.Path, "/new.yaml") {
 			t.Errorf("live event bypassed SubmitEvent: %+v", op)
 		}
+	}
+}
+
+// TestDeletedSecretsAreForgotten: the ciphertexts remembered for Secrets are let go when the
+// Secrets are deleted, so a namespace that creates and deletes Secrets in a loop leaves nothing.
+func TestDeletedSecretsAreForgotten(t *testing.T) {
+	c := testenv.APIServer(t)
+	ns := c.Namespace(t, "watch-secrets", nil)
+	ctx := context.Background()
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := secretcrypt.New("uid", []string{id.Recipient().String()}, []byte("hash-key"), nil)
+	sink := &recordingSink{}
+	run(t, Config{Client: dynamic.NewForConfigOrDie(c.Config), GVR: schema.GroupVersionResource{Version: "v1", Resource: "secrets"},
+		Namespace: ns, TargetUID: "uid", BasePath: "base", Sink: sink, Secrets: enc})
+	const n = 20
+	count := func(kind gitwriter.OpKind) int {
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		k := 0
+		for _, op := range sink.ops {
+			if op.Kind == kind {
+				k++
+			}
+		}
+		return k
+	}
+	for i := range n {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("s%d", i), Namespace: ns}, StringData: map[string]string{"k": "v"}}
+		if err := c.Client.Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if got := count(gitwriter.OpUpsert); got < n {
+			return fmt.Errorf("%d of %d Secrets written", got, n)
+		}
+		return nil
+	})
+	if got := enc.Remembered(); got != n {
+		t.Fatalf("%d ciphertexts remembered after %d Secrets were written", got, n)
+	}
+	for i := range n {
+		if err := c.Client.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("s%d", i), Namespace: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if got := count(gitwriter.OpDelete); got < n {
+			return fmt.Errorf("%d of %d deletions seen", got, n)
+		}
+		return nil
+	})
+	if got := enc.Remembered(); got != 0 {
+		t.Fatalf("%d ciphertexts still remembered after every Secret was deleted", got)
 	}
 }
