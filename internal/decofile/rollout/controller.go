@@ -110,6 +110,12 @@ type failure struct {
 
 // Setup registers the rollout controller with mgr.
 func Setup(mgr ctrl.Manager, o Options) error {
+	_, err := setup(mgr, o)
+	return err
+}
+
+// setup is Setup returning the reconciler it registered.
+func setup(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 	if o.Protocol == "" {
 		o.Protocol = notify.ProtocolPush
 	}
@@ -141,7 +147,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	o.Loaders = loaders
 	status, err := decofilecontroller.NewStatusWriter(mgr.GetConfig(), mgr.GetHTTPClient())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	r := &Reconciler{
 		client:      mgr.GetClient(),
@@ -157,9 +163,9 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		runners:     newRunners(),
 	}
 	if err := mgr.Add(&r.runners); err != nil {
-		return fmt.Errorf("add rollout runners: %w", err)
+		return nil, fmt.Errorf("add rollout runners: %w", err)
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	return r, ctrl.NewControllerManagedBy(mgr).
 		Named("decofile-rollout").
 		For(&decov1alpha1.Decofile{}, builder.WithPredicates(changePredicate())).
 		WatchesRawSource(source.Channel(r.runners.requeue, &handler.EnqueueRequestForObject{})).
@@ -168,8 +174,8 @@ func Setup(mgr ctrl.Manager, o Options) error {
 }
 
 // changePredicate lets through what can start, retry or stop a rollout: a spec change (silent),
-// new stored content, a changed confirmed hash and a Ready change; not the controller's own
-// progress updates.
+// new stored content, a changed confirmed hash and a Ready change, and a deletion (what is kept
+// for the Decofile is let go); not the controller's own progress updates.
 func changePredicate() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
@@ -184,7 +190,6 @@ func changePredicate() predicate.Predicate {
 				o.Status.Timestamp != n.Status.Timestamp ||
 				readyStatus(o) != readyStatus(n)
 		},
-		DeleteFunc: func(event.DeleteEvent) bool { return false },
 	}
 }
 
