@@ -22,6 +22,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 
 	"github.com/siteops/siteops/internal/mirror/gitwriter"
 	"github.com/siteops/siteops/internal/mirror/store"
@@ -73,6 +74,9 @@ type Config struct {
 	OnResolved func(Resolved)
 	// MaxWaiting caps the events waiting at once; 0 means DefaultMaxWaiting.
 	MaxWaiting int
+	// Clock times each event's wait for its fact (the grace period, the polls and Waited); nil
+	// means the real clock. Tests pass a fake one to end a grace period when they choose.
+	Clock clock.Clock
 }
 
 // DefaultMaxWaiting is the default cap on waiting events (--author-attribution-max-waiting).
@@ -126,6 +130,9 @@ func New(cfg Config) *Resolver {
 	}
 	if cfg.MaxWaiting <= 0 {
 		cfg.MaxWaiting = DefaultMaxWaiting
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
 	}
 	return &Resolver{cfg: cfg, wake: make(chan struct{}), waiters: map[string]map[*waiter]struct{}{}}
 }
@@ -186,7 +193,7 @@ func (r *Resolver) Resolve(ctx context.Context, gvr schema.GroupVersionResource,
 }
 
 func (r *Resolver) resolve(ctx context.Context, q store.Query) Resolved {
-	start := time.Now()
+	start := r.cfg.Clock.Now()
 	q.Route = r.cfg.Route
 	res := store.AuthorResolution{Result: store.AttributionAbsent}
 	if r.Enabled() {
@@ -199,7 +206,7 @@ func (r *Resolver) resolve(ctx context.Context, q store.Query) Resolved {
 			_ = st.Stick(ctx, q, res.Fact)
 		}
 	}
-	out := Resolved{GVR: q.GVR, UID: q.UID, RV: q.RV, Result: res.Result, Fact: res.Fact, Waited: time.Since(start)}
+	out := Resolved{GVR: q.GVR, UID: q.UID, RV: q.RV, Result: res.Result, Fact: res.Fact, Waited: r.cfg.Clock.Since(start)}
 	if res.Result != store.AttributionAbsent {
 		sig := r.cfg.Identity.Signature(res.Fact)
 		out.Author = &sig
@@ -222,7 +229,7 @@ func (r *Resolver) wait(ctx context.Context, q store.Query) store.AuthorResoluti
 	// Registered before the first look, so an announcement made during it still wakes us.
 	w := r.register(store.WakeTokens(q))
 	defer r.unregister(w)
-	deadline := time.NewTimer(r.cfg.Grace)
+	deadline := r.cfg.Clock.NewTimer(r.cfg.Grace)
 	defer deadline.Stop()
 	poll := 20 * time.Millisecond
 	for {
@@ -233,16 +240,16 @@ func (r *Resolver) wait(ctx context.Context, q store.Query) store.AuthorResoluti
 			return res
 		}
 		var tick <-chan time.Time
-		var t *time.Timer
+		var t clock.Timer
 		if !r.subscribed.Load() {
-			t = time.NewTimer(poll)
-			tick = t.C
+			t = r.cfg.Clock.NewTimer(poll)
+			tick = t.C()
 		}
 		select {
 		case <-ctx.Done():
 			stopTimer(t)
 			return absent
-		case <-deadline.C:
+		case <-deadline.C():
 			stopTimer(t)
 			// The safety net: one last look, whatever announcements were missed.
 			if res, err := r.cfg.Index.Find(ctx, q); err == nil {
@@ -258,7 +265,7 @@ func (r *Resolver) wait(ctx context.Context, q store.Query) store.AuthorResoluti
 	}
 }
 
-func stopTimer(t *time.Timer) {
+func stopTimer(t clock.Timer) {
 	if t != nil {
 		t.Stop()
 	}

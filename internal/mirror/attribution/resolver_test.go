@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/siteops/siteops/internal/mirror/gitwriter"
 	"github.com/siteops/siteops/internal/mirror/store"
@@ -227,9 +228,11 @@ func TestStreamGraceExpiresToCommitter(t *testing.T) {
 	}
 }
 
-// TestSlowFactDoesNotDelayOthers measures, against a real Redis, that an event whose fact never
-// comes (it waits the whole grace) does not delay another author's event whose fact is stored
-// shortly after the watch event.
+// TestSlowFactDoesNotDelayOthers: against a real Redis, an event whose fact never comes waits its
+// whole grace period without delaying another author's event whose fact is stored after the
+// watch event. The grace runs on a fake clock that moves only when the test steps it, so what is
+// asserted is order, not how long a loaded machine took: the fast event is handed over while no
+// time has passed and the slow one still waits, and the slow one only once its grace is over.
 func TestSlowFactDoesNotDelayOthers(t *testing.T) {
 	srv := testenv.Redis(t, servers.RedisOptions{})
 	st, err := store.NewRedisStore(store.RedisStoreConfig{Addr: srv.Addr, KeyPrefix: "wait"})
@@ -239,43 +242,75 @@ func TestSlowFactDoesNotDelayOthers(t *testing.T) {
 	defer st.Close()
 	idx := st.AttributionIndex(time.Minute)
 	const grace = 2 * time.Second
-	r := New(Config{Index: idx, Route: "r", Grace: grace})
+	clk := clocktesting.NewFakeClock(time.Now())
+	resolved := &resolutions{}
+	r := New(Config{Index: idx, Route: "r", Grace: grace, Clock: clk, OnResolved: resolved.add})
 	out := &sink{}
 	s := r.NewStream(out, cm)
 	ctx := context.Background()
-	start := time.Now()
 	must(t, s.EnqueueEvent(ctx, upsert("slow", "1"), Event{UID: "slow", RV: "1", ExactCapable: true}))
 	must(t, s.EnqueueEvent(ctx, upsert("fast", "2"), Event{UID: "fast", RV: "2", ExactCapable: true}))
-	time.Sleep(100 * time.Millisecond)
 	must(t, idx.RecordFact(ctx, "r", auditEvent("bob", "fast", "2")))
 	r.Notify()
-	var fastAt time.Duration
-	testenv.Eventually(t, grace+2*time.Second, func() error {
-		hs := out.snapshot()
-		for _, h := range hs {
-			if h.op.Change.Path == "fast" && fastAt == 0 {
-				fastAt = h.at.Sub(start)
-				if h.op.Change.Author == nil || h.op.Change.Author.Name != "bob" {
-					t.Errorf("fast author = %+v", h.op.Change.Author)
-				}
-			}
-		}
-		if len(hs) != 2 {
-			return fmt.Errorf("%d handed over", len(hs))
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if got := describe(out.snapshot()); got != "fast@(bob)" {
+			return fmt.Errorf("handed over %q, want only fast, by bob", got)
 		}
 		return nil
 	})
-	slowAt := out.snapshot()[1].at.Sub(start)
-	t.Logf("fast event handed over after %v, slow (absent) after %v", fastAt, slowAt)
-	if fastAt > grace/2 {
-		t.Fatalf("fast event waited %v behind the slow one (grace %v)", fastAt, grace)
+	if n := s.Pending(); n != 1 {
+		t.Fatalf("pending = %d, want 1 (slow, waiting for its fact)", n)
 	}
-	if slowAt < grace {
-		t.Fatalf("slow event handed over after %v, before the grace %v", slowAt, grace)
+	if fast := resolved.of("fast"); fast.Waited != 0 {
+		t.Fatalf("fast event resolved after %v of the fake clock, want 0: it waited for something", fast.Waited)
 	}
-	if out.snapshot()[0].op.Cursor.RV != "" || out.snapshot()[1].op.Cursor.RV != "2" {
-		t.Fatalf("cursors: fast %q slow %q; want the cursor carried by the slow op", out.snapshot()[0].op.Cursor.RV, out.snapshot()[1].op.Cursor.RV)
+
+	// The slow event's grace timer is the only one left; ending it hands the slow event over as
+	// the committer's, carrying the cursor of both.
+	waitOnClock(t, clk)
+	clk.Step(grace)
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if got := describe(out.snapshot()); got != "fast@(bob) slow@2(committer)" {
+			return fmt.Errorf("handed over %q", got)
+		}
+		return nil
+	})
+	if slow := resolved.of("slow"); slow.Result != store.AttributionAbsent || slow.Waited < grace {
+		t.Fatalf("slow event resolved %s after %v of the fake clock, want absent after the grace %v", slow.Result, slow.Waited, grace)
 	}
+}
+
+// resolutions records what a Resolver's OnResolved reports, by UID.
+type resolutions struct {
+	mu sync.Mutex
+	m  map[types.UID]Resolved
+}
+
+func (r *resolutions) add(res Resolved) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[types.UID]Resolved{}
+	}
+	r.m[res.UID] = res
+}
+
+func (r *resolutions) of(uid types.UID) Resolved {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m[uid]
+}
+
+// waitOnClock waits until something waits on clk (a waiting event's grace timer), so a Step
+// that follows ends that wait.
+func waitOnClock(t *testing.T, clk *clocktesting.FakeClock) {
+	t.Helper()
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if !clk.HasWaiters() {
+			return fmt.Errorf("nothing waits on the clock")
+		}
+		return nil
+	})
 }
 
 func auditEvent(user, uid, rv string) auditv1.Event {
@@ -295,7 +330,9 @@ func must(t *testing.T, err error) {
 }
 
 // A removal whose only match is the :last pointer of an earlier write waits for the deleting
-// request's fact, and falls back to the earlier writer only when the grace ends.
+// request's fact, and falls back to the earlier writer only when the grace ends. The grace runs
+// on a fake clock: the removal must resolve on the delete fact with no time passed, and the
+// fallback only after the test ends the grace.
 func TestRemovalWaitsForTheDeletingRequest(t *testing.T) {
 	srv := testenv.Redis(t, servers.RedisOptions{})
 	st, err := store.NewRedisStore(store.RedisStoreConfig{Addr: srv.Addr, KeyPrefix: "rm"})
@@ -305,29 +342,52 @@ func TestRemovalWaitsForTheDeletingRequest(t *testing.T) {
 	defer st.Close()
 	idx := st.AttributionIndex(time.Minute)
 	ctx := context.Background()
-	r := New(Config{Index: idx, Route: "r", Grace: 800 * time.Millisecond})
+	const grace = 800 * time.Millisecond
+	clk := clocktesting.NewFakeClock(time.Now())
+	r := New(Config{Index: idx, Route: "r", Grace: grace, Clock: clk})
 	must(t, idx.RecordFact(ctx, "r", auditEvent("bob", "u1", "5")))
 	must(t, idx.RecordFact(ctx, "r", auditEvent("bob", "u2", "7")))
-	go func() {
-		time.Sleep(200 * time.Millisecond)
-		del := auditEvent("alice", "", "")
-		del.Verb = "delete"
-		del.ObjectRef.Name = "u1"
-		del.ResponseObject = &runtime.Unknown{Raw: []byte(`{"kind":"Status","status":"Success","details":{"name":"u1","uid":"u1"}}`)}
-		_ = idx.RecordFact(ctx, "r", del)
-		r.Notify()
-	}()
-	res := r.Resolve(ctx, cm, "u1", "6", false)
+	resolve := func(uid types.UID, rv string) <-chan Resolved {
+		done := make(chan Resolved, 1)
+		go func() { done <- r.Resolve(ctx, cm, uid, rv, false) }()
+		return done
+	}
+	result := func(done <-chan Resolved, what string) Resolved {
+		t.Helper()
+		select {
+		case res := <-done:
+			return res
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s did not resolve", what)
+			return Resolved{}
+		}
+	}
+
+	// Only bob's earlier write matches: the removal waits (its grace timer set) until the
+	// deleting request's fact is stored.
+	done := resolve("u1", "6")
+	waitOnClock(t, clk)
+	del := auditEvent("alice", "", "")
+	del.Verb = "delete"
+	del.ObjectRef.Name = "u1"
+	del.ResponseObject = &runtime.Unknown{Raw: []byte(`{"kind":"Status","status":"Success","details":{"name":"u1","uid":"u1"}}`)}
+	must(t, idx.RecordFact(ctx, "r", del))
+	r.Notify()
+	res := result(done, "the removal, after the deleting request's fact was stored,")
 	if res.Author == nil || res.Author.Name != "alice" || res.Fact.Verb != "delete" || res.Result != store.AttributionWeak {
 		t.Fatalf("removal = %+v", res)
 	}
-	if res.Waited < 150*time.Millisecond || res.Waited > 700*time.Millisecond {
-		t.Fatalf("resolved after %v; want when the delete fact arrived (~200ms)", res.Waited)
+	if res.Waited != 0 {
+		t.Fatalf("resolved after %v of the fake clock; want on the delete fact, before any of the grace passed", res.Waited)
 	}
-	// No delete fact: the previous writer, weakly, after the grace.
-	res = r.Resolve(ctx, cm, "u2", "8", false)
-	if res.Author == nil || res.Author.Name != "bob" || res.Result != store.AttributionWeak || res.Waited < 800*time.Millisecond {
-		t.Fatalf("fallback = %+v", res)
+
+	// No delete fact: the previous writer, weakly, once the grace is over and not before.
+	done = resolve("u2", "8")
+	waitOnClock(t, clk)
+	clk.Step(grace)
+	res = result(done, "the removal without a delete fact, after its grace,")
+	if res.Author == nil || res.Author.Name != "bob" || res.Result != store.AttributionWeak || res.Waited < grace {
+		t.Fatalf("fallback = %+v, want bob's weakly after the grace %v", res, grace)
 	}
 }
 
