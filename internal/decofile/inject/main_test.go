@@ -14,12 +14,14 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/siteops/siteops/internal/decofile/controller"
 	"github.com/siteops/siteops/internal/decofile/inject"
 	"github.com/siteops/siteops/internal/servers"
 	"github.com/siteops/siteops/internal/testenv"
@@ -70,7 +72,7 @@ var (
 )
 
 // cluster returns the shared API server with the webhook server running in this process.
-func cluster(t *testing.T) *testenv.Cluster {
+func cluster(t testing.TB) *testenv.Cluster {
 	t.Helper()
 	c := testenv.APIServer(t)
 	webhookOnce.Do(func() { webhookErr = startWebhookServer(c) })
@@ -82,8 +84,12 @@ func cluster(t *testing.T) *testenv.Cluster {
 
 func startWebhookServer(c *testenv.Cluster) error {
 	wio := c.Env.WebhookInstallOptions
+	// The cache as the manager command configures it: Decofiles without their inline content.
+	co := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
+	controller.CacheOptions(&co)
 	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
 		Scheme:                 c.Scheme,
+		Cache:                  co,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		WebhookServer: webhook.NewServer(webhook.Options{
