@@ -59,6 +59,9 @@ func BenchmarkAdmissionBesideHeavyTenant(b *testing.B) {
 	ctx := context.Background()
 
 	heavy := c.Tenant(b, "heavy", nil)
+	// Its workloads first: with the Decofiles there, creating them may already time out.
+	heavyFound := benchWorkload(b, heavy, "found", heavyName(0))
+	heavyGhost := benchWorkload(b, heavy, "ghost", "no-such-deployment-id")
 	createHeavyDecofiles(b, heavy)
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: (&decov1.Decofile{ObjectMeta: metav1.ObjectMeta{Name: heavyName(0)}}).ConfigMapName(), Namespace: heavy.Namespace},
@@ -67,8 +70,6 @@ func BenchmarkAdmissionBesideHeavyTenant(b *testing.B) {
 	if err := heavy.Client.Create(ctx, cm); err != nil {
 		b.Fatalf("heavy tenant: create ConfigMap: %v", err)
 	}
-	heavyFound := benchWorkload(b, heavy, "found", heavyName(0))
-	heavyGhost := benchWorkload(b, heavy, "ghost", "no-such-deployment-id")
 
 	other := c.Tenant(b, "other", nil)
 	d := &decov1.Decofile{
