@@ -13,6 +13,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -158,12 +159,25 @@ func TestNoWriteWhenUnchanged(t *testing.T) {
 	before := e.waitReady(t, ns, "site", metav1.ConditionTrue, "", nil)
 	cmBefore := e.configMap(t, ns, "site")
 
+	// The poke's reconcile is the one that reads the poked version; once it has, a requested
+	// reconcile queued behind it (one Decofile is never reconciled twice at once) says when it
+	// is over: the status names the request it handled.
 	e.poke(t, ns, "site")
 	poked := e.get(t, ns, "site")
-	time.Sleep(time.Second) // give a (wrong) write time to happen
-	after := e.get(t, ns, "site")
-	if after.ResourceVersion != poked.ResourceVersion {
-		t.Fatalf("status written on a reconcile that changed nothing (generation %d→%d): %+v", poked.Generation, after.Generation, after.Status)
+	testenv_eventually(t, func() error {
+		for _, r := range decofileReads.of(ns, "site") {
+			if r.resourceVersion == poked.ResourceVersion {
+				return nil
+			}
+		}
+		return errorf("no reconcile has read the poked Decofile (resourceVersion %s) yet", poked.ResourceVersion)
+	})
+	after := e.handled(t, ns, "site", requestReconcile(t, e.c.Client, ns, "site"))
+	// Neither reconcile found anything to do: the only status change is the handled request.
+	want := poked.Status.DeepCopy()
+	want.LastHandledReconcileAt = after.Status.LastHandledReconcileAt
+	if !equality.Semantic.DeepEqual(want, &after.Status) {
+		t.Fatalf("status written on reconciles that changed nothing:\n%+v\n→\n%+v", poked.Status, after.Status)
 	}
 	if cm := e.configMap(t, ns, "site"); cm.ResourceVersion != cmBefore.ResourceVersion {
 		t.Fatal("ConfigMap rewritten without a change")
