@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -333,9 +332,10 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if poll == 0 {
 		poll = 10 * time.Second
 	}
-	// One lock and uncached namespace reads keep a resync round from applying state that the
-	// controller has just replaced (a rotation, an opt-out).
-	applyLock := &sync.Mutex{}
+	// One guard per user and uncached namespace reads keep a resync round from applying state
+	// that the controller has just replaced (a rotation, an opt-out), without a lock that one
+	// tenant's work could hold against the others.
+	guard := &resync.Guard{}
 	prover := &resync.Prover{Nodes: nodes, Events: events}
 	r := &provision.Reconciler{
 		Client:              mgr.GetClient(),
@@ -348,13 +348,13 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		ReservedKeyPrefixes: o.ReservedPrefixes(),
 		DeleteTimeout:       o.DeleteTimeout,
 		RolloutPoll:         poll,
-		ApplyLock:           applyLock,
+		Guard:               guard,
 	}
 	if err := r.SetupWithManager(mgr, secrets); err != nil {
 		return fmt.Errorf("set up tenant namespace controller: %w", err)
 	}
 	lister := &provision.TenantLister{Namespaces: mgr.GetAPIReader(), ReservedUsers: o.Reserved(), ReservedKeyPrefixes: o.ReservedPrefixes(), Events: events}
-	syncer := &resync.Syncer{Nodes: nodes, Tenants: lister.List, Prover: prover, Events: events, Lock: applyLock}
+	syncer := &resync.Syncer{Nodes: nodes, Tenants: lister.List, Prover: prover, Events: events, Guard: guard}
 	if err := mgr.Add(&resync.Periodic{Syncer: syncer, Period: o.ResyncPeriod, JitterFactor: 0.1}); err != nil {
 		return fmt.Errorf("add periodic tenant resync: %w", err)
 	}

@@ -38,13 +38,12 @@ func (r *Reconciler) deprovision(ctx context.Context, ns *corev1.Namespace) (ctr
 		r.Events.Eventf(ns, nil, corev1.EventTypeWarning, ReasonReservedUsername, "Delete",
 			"username %q is reserved now; it was not deleted from Valkey", user)
 	} else {
-		if r.ApplyLock != nil {
-			r.ApplyLock.Lock()
+		unlock := func() {}
+		if r.Guard != nil {
+			unlock = r.Guard.Lock(user)
 		}
 		res := r.Nodes.Delete(ctx, []string{user})
-		if r.ApplyLock != nil {
-			r.ApplyLock.Unlock()
-		}
+		unlock()
 		delErr = errors.Join(res.Err(), res.UserErrors()[user])
 	}
 	if err := delErr; err != nil {

@@ -62,9 +62,10 @@ type Reconciler struct {
 	DeleteTimeout time.Duration
 	// RolloutPoll is how often a rotation checks whether workloads finished rolling out.
 	RolloutPoll time.Duration
-	// ApplyLock, when set, is the resync's Syncer.Lock: held while one user's state is written
-	// and applied, so a concurrent resync round cannot apply the state it replaces.
-	ApplyLock sync.Locker
+	// Guard, when set, is the resync's Syncer.Guard: it holds one user while its state is
+	// written and applied, so a concurrent resync round cannot apply the state it replaces.
+	// Only that user is held; other tenants and the rounds never wait for it.
+	Guard *resync.Guard
 
 	mu           sync.Mutex
 	firstDeletes map[string]time.Time
@@ -262,11 +263,10 @@ func (r *Reconciler) provision(ctx context.Context, name, user string) (ctrl.Res
 
 // apply records st on the namespace (the authority every later step and resync follows), runs
 // between (writing the Secret), proves the user's isolation and applies it on every node,
-// holding ApplyLock throughout.
+// holding the user (and only it) in Guard throughout.
 func (r *Reconciler) apply(ctx context.Context, ns *corev1.Namespace, st State, u acl.User, between func() error) (acl.Result, error) {
-	if r.ApplyLock != nil {
-		r.ApplyLock.Lock()
-		defer r.ApplyLock.Unlock()
+	if r.Guard != nil {
+		defer r.Guard.Lock(u.Name)()
 	}
 	if err := r.writeState(ctx, ns, st); err != nil {
 		return acl.Result{}, err

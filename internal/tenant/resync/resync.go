@@ -58,27 +58,50 @@ type Syncer struct {
 	Prover *Prover
 	// Events records per-tenant failures on namespaces; nil records none.
 	Events Recorder
-	// Lock, when set, is held from listing the tenants until their users are applied, and by
-	// the namespace controller while it changes one user: a round never re-applies state that
-	// a concurrent rotation or opt-out has just replaced.
-	Lock sync.Locker
+	// Guard, when set, is shared with the namespace controller: a round applies only the users
+	// it can hold, so it never re-applies state that a concurrent rotation or opt-out has just
+	// replaced, and never waits for one tenant's change (the controller applies that user).
+	Guard *Guard
 }
 
-func (s *Syncer) lock() func() {
-	if s.Lock == nil {
-		return func() {}
+// tenants lists the managed tenants and holds, with Guard, those the round applies; release
+// lets them go.
+func (s *Syncer) tenants(ctx context.Context) (ts []Tenant, release func(), err error) {
+	var mark uint64
+	if s.Guard != nil {
+		mark = s.Guard.Mark()
 	}
-	s.Lock.Lock()
-	return s.Lock.Unlock
+	all, err := s.Tenants(ctx)
+	if err != nil {
+		return nil, func() {}, fmt.Errorf("list managed tenants: %w", err)
+	}
+	if s.Guard == nil {
+		return all, func() {}, nil
+	}
+	var releases []func()
+	for _, t := range all {
+		if r, ok := s.Guard.TryHold(t.User.Name, mark); ok {
+			ts = append(ts, t)
+			releases = append(releases, r)
+		}
+	}
+	if n := len(all) - len(ts); n > 0 {
+		logf.FromContext(ctx).V(1).Info("left tenants the namespace controller is changing to it", "count", n)
+	}
+	return ts, func() {
+		for _, r := range releases {
+			r()
+		}
+	}, nil
 }
 
 // ResyncAll checks and re-applies every user on the master and every replica; prefer is the
 // Sentinel asked first for the node list.
 func (s *Syncer) ResyncAll(ctx context.Context, prefer string) error {
-	defer s.lock()()
-	ts, err := s.Tenants(ctx)
+	ts, release, err := s.tenants(ctx)
+	defer release()
 	if err != nil {
-		return fmt.Errorf("list managed tenants: %w", err)
+		return err
 	}
 	if s.Prover != nil {
 		// A node that cannot be listed now is reported by Sync below.
@@ -92,10 +115,10 @@ func (s *Syncer) ResyncAll(ctx context.Context, prefer string) error {
 // ResyncNode checks and re-applies every user on the node at addr, without asking Sentinel
 // whether it is up yet: the caller just heard that it is.
 func (s *Syncer) ResyncNode(ctx context.Context, _ string, addr string) error {
-	defer s.lock()()
-	ts, err := s.Tenants(ctx)
+	ts, release, err := s.tenants(ctx)
+	defer release()
 	if err != nil {
-		return fmt.Errorf("list managed tenants: %w", err)
+		return err
 	}
 	node := acl.Node{Addr: addr, Role: acl.RoleReplica}
 	// The address comes from a Sentinel's message: refuse it once, before the proof and the sync.
