@@ -146,7 +146,9 @@ func (e *env) create(obj client.Object) {
 
 // store does what the delivery controller does for a new version: write the ConfigMap, then
 // record contentHash, timestamp and commit in status with Ready=True.
-func (e *env) store(df *decov1alpha1.Decofile, content []byte, commit string, ts int64, bin bool) {
+// store plays the delivery controller: it writes content to df's ConfigMap, then records it in
+// df's status, together with the changes also makes to that status (one write).
+func (e *env) store(df *decov1alpha1.Decofile, content []byte, commit string, ts int64, bin bool, also ...func(*decov1alpha1.Decofile)) {
 	e.t.Helper()
 	ctx := context.Background()
 	data := map[string]string{decov1alpha1.KeyTimestamp: strconv.FormatInt(ts, 10)}
@@ -179,6 +181,9 @@ func (e *env) store(df *decov1alpha1.Decofile, content []byte, commit string, ts
 		d.Status.ObservedGeneration = d.Generation
 		meta.SetStatusCondition(&d.Status.Conditions, metav1.Condition{Type: decov1alpha1.ConditionReady,
 			Status: metav1.ConditionTrue, Reason: decov1alpha1.ReasonSucceeded, Message: "stored", ObservedGeneration: d.Generation})
+		for _, f := range also {
+			f(d)
+		}
 	})
 }
 
@@ -495,24 +500,26 @@ func TestPodDeletedMidRolloutAndWrongToken(t *testing.T) {
 	})
 }
 
+// TestSilentMode: a silent Decofile's new content reaches no pod, and a PodsNotified condition
+// left over from before is removed; leaving silent mode rolls the content out.
 func TestSilentMode(t *testing.T) {
 	e := newEnv(t, rollout.Options{})
 	df := e.decofile("quiet", true)
 	p := e.sitePod("quiet-a", podOpts{labels: labelled(df)})
-	// A condition left over from before the Decofile went silent.
-	e.updateStatus(df, func(d *decov1alpha1.Decofile) {
+	// The content arrives with a condition left over from before the Decofile went silent, in
+	// one status write: the condition's removal is the evidence that a reconcile saw this
+	// content and took the silent path (which ends with that removal).
+	content := []byte(`{"quiet":true}`)
+	e.store(df, content, "4444444444444444444444444444444444444444", 1731600300, false, func(d *decov1alpha1.Decofile) {
 		meta.SetStatusCondition(&d.Status.Conditions, metav1.Condition{Type: decov1alpha1.ConditionPodsNotified,
 			Status: metav1.ConditionFalse, Reason: decov1alpha1.ReasonNotificationFailed, Message: "old"})
 	})
-	content := []byte(`{"quiet":true}`)
-	e.store(df, content, "4444444444444444444444444444444444444444", 1731600300, false)
 	testenv.Eventually(t, 10*time.Second, func() error {
 		if c := meta.FindStatusCondition(e.get(df).Status.Conditions, decov1alpha1.ConditionPodsNotified); c != nil {
 			return fmt.Errorf("PodsNotified still present: %+v", c)
 		}
 		return nil
 	})
-	time.Sleep(500 * time.Millisecond)
 	got := e.get(df)
 	if p.rt.Reloads() != 0 || got.Status.ContentHash != encode.Hash(content) || !meta.IsStatusConditionTrue(got.Status.Conditions, decov1alpha1.ConditionReady) {
 		t.Fatalf("silent Decofile: reloads %d, status %+v", p.rt.Reloads(), got.Status)
@@ -531,8 +538,8 @@ func TestSilentMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.podsNotified(df, metav1.ConditionTrue, "Successfully notified all pods", 20*time.Second)
-	if p.rt.Current().Hash != encode.Hash(content) {
-		t.Fatal("pod not notified after leaving silent mode")
+	if p.rt.Current().Hash != encode.Hash(content) || p.rt.Reloads() != 1 {
+		t.Fatalf("pod not notified once after leaving silent mode: %d reloads, serves %s", p.rt.Reloads(), p.rt.Current().Hash)
 	}
 }
 
