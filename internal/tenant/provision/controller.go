@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -64,21 +65,25 @@ var namespaceChanged = predicate.Funcs{
 	GenericFunc: func(event.GenericEvent) bool { return true },
 }
 
-// SetupWithManager registers the controller. secrets is the cache from SecretCache.
+// Workers is how many namespaces are reconciled at once, so a namespace whose reconcile waits
+// (a slow node, many workloads to restart) does not hold up the others.
+const Workers = 4
+
+// SetupWithManager registers the controller. secrets is the cache from SecretCache. Changes of
+// a tenant's Secret reconcile its namespace at most once per SecretEventInterval.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, secrets cache.Cache) error {
 	sibling := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: Sibling(o.GetName())}}}
 	})
 	siblingChanged := predicate.Or[client.Object](namespaceChanged, predicate.Funcs{DeleteFunc: func(event.DeleteEvent) bool { return true }})
-	secretToNamespace := handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, s *corev1.Secret) []reconcile.Request {
-		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: s.Namespace}}}
-	})
+	secretToNamespace := &spacedSecretHandler{spacer: &spacer{interval: SecretEventInterval}}
 	isCredentials := predicate.NewTypedPredicateFuncs(func(s *corev1.Secret) bool { return s.Name == decov1.ValkeyACLSecretName })
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("tenant-namespace").
+		WithOptions(controller.Options{MaxConcurrentReconciles: Workers}).
 		For(&corev1.Namespace{}, builder.WithPredicates(namespaceChanged)).
 		Watches(&corev1.Namespace{}, sibling, builder.WithPredicates(siblingChanged)).
-		WatchesRawSource(source.Kind(secrets, &corev1.Secret{}, secretToNamespace, isCredentials)).
+		WatchesRawSource(source.Kind(secrets, &corev1.Secret{}, handler.TypedEventHandler[*corev1.Secret, reconcile.Request](secretToNamespace), isCredentials)).
 		Complete(r)
 }
 

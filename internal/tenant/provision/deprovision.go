@@ -38,6 +38,7 @@ func (r *Reconciler) deprovision(ctx context.Context, ns *corev1.Namespace) (ctr
 		r.Events.Eventf(ns, nil, corev1.EventTypeWarning, ReasonReservedUsername, "Delete",
 			"username %q is reserved now; it was not deleted from Valkey", user)
 	} else {
+		r.forgetNamespace(ns.Name)
 		unlock := func() {}
 		if r.Guard != nil {
 			unlock = r.Guard.Lock(user)

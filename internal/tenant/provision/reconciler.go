@@ -69,12 +69,17 @@ type Reconciler struct {
 
 	mu           sync.Mutex
 	firstDeletes map[string]time.Time
+	applied      map[string]applied
+	lastApply    map[string]time.Time
 }
 
 // Reconcile brings one namespace's ACL user, Secret and finalizer in line with its annotations.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var ns corev1.Namespace
 	if err := r.Client.Get(ctx, req.NamespacedName, &ns); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forgetNamespace(req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !Wanted(&ns) {
@@ -153,7 +158,6 @@ const (
 // makes the Secret, the nodes and the workloads follow. The Secret is only ever read to recover
 // the clear password, and only when it matches the digest on the Namespace.
 func (r *Reconciler) provision(ctx context.Context, name, user string) (ctrl.Result, error) {
-	log := logf.FromContext(ctx)
 	ns := &corev1.Namespace{}
 	if err := r.Reader.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -206,16 +210,56 @@ func (r *Reconciler) provision(ctx context.Context, name, user string) (ctrl.Res
 		st.Retiring = st.Retiring[n-MaxRetiring:]
 	}
 	creds := acl.User{Name: user, Password: pass, RetiredHashes: st.Retiring}
-	res, err := r.apply(ctx, ns, st, creds, func() error { return r.restoreSecret(ctx, ns, secret, creds, why) })
-	if err != nil {
-		return ctrl.Result{}, err
+	rev := Revision(creds)
+	want := appliedFor(ns, st, user)
+	if why == unchanged && stateRecorded(ns, st) && r.wasApplied(ns.Name, want) {
+		// Nothing the nodes hold can differ from the last apply (a node that lost the user is
+		// healed by the resync rounds): an edit of the Secret costs no node any work.
+		if err := r.restoreSecret(ctx, ns, secret, creds, why); err != nil {
+			return ctrl.Result{}, err
+		}
+	} else {
+		if wait := r.applyWait(ns.Name, time.Now()); wait > 0 {
+			// Decided again from the newest state when the namespace's next apply is due.
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
+		res, err := r.apply(ctx, ns, st, creds, func() error { return r.restoreSecret(ctx, ns, secret, creds, why) })
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if err := errors.Join(res.Err(), res.UserErrors()[user]); err != nil {
+			r.forgetApplied(ns.Name)
+			metrics.Errors.WithLabelValues(metrics.OpUpsert).Inc()
+			r.Events.Eventf(ns, nil, corev1.EventTypeWarning, ReasonProvisionFailed, "Provision",
+				"could not apply Valkey ACL user %q on every node: %v", user, err)
+			return ctrl.Result{}, fmt.Errorf("apply ACL user %q: %w", user, err)
+		}
+		r.remember(ns.Name, want)
+		r.reportApplied(ctx, ns, user, why, res)
 	}
-	if err := errors.Join(res.Err(), res.UserErrors()[user]); err != nil {
-		metrics.Errors.WithLabelValues(metrics.OpUpsert).Inc()
-		r.Events.Eventf(ns, nil, corev1.EventTypeWarning, ReasonProvisionFailed, "Provision",
-			"could not apply Valkey ACL user %q on every node: %v", user, err)
-		return ctrl.Result{}, fmt.Errorf("apply ACL user %q: %w", user, err)
+	if why != unchanged || len(creds.RetiredHashes) > 0 {
+		patched, err := r.Roller.Roll(ctx, ns.Name, rev)
+		if len(patched) > 0 {
+			names := make([]string, len(patched))
+			for i, w := range patched {
+				names[i] = w.String()
+			}
+			r.Events.Eventf(ns, nil, corev1.EventTypeNormal, ReasonWorkloadsRestarted, "Restart",
+				"restarted %s to pick up new Valkey credentials", strings.Join(names, ", "))
+		}
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("restart workloads of %s: %w", ns.Name, err)
+		}
 	}
+	if len(creds.RetiredHashes) == 0 {
+		return ctrl.Result{}, nil
+	}
+	return r.finishRotation(ctx, ns, creds, rev)
+}
+
+// reportApplied counts and reports what an apply did: a first provision, a rotation, new
+// credentials after a lost Secret, or a user a node had lost.
+func (r *Reconciler) reportApplied(ctx context.Context, ns *corev1.Namespace, user string, why change, res acl.Result) {
 	switch {
 	case why == issued:
 		metrics.Provisioned.Inc()
@@ -236,29 +280,10 @@ func (r *Reconciler) provision(ctx context.Context, name, user string) (ctrl.Res
 				nodes = append(nodes, n.Node.Addr)
 			}
 		}
-		log.Info("re-provisioned a lost ACL user", "user", user, "nodes", nodes)
+		logf.FromContext(ctx).Info("re-provisioned a lost ACL user", "user", user, "nodes", nodes)
 		r.Events.Eventf(ns, nil, corev1.EventTypeNormal, ReasonSelfHealed, "Heal",
 			"Valkey ACL user %q was missing on %s and was provisioned again", user, strings.Join(nodes, ", "))
 	}
-	rev := Revision(creds)
-	if why != unchanged || len(creds.RetiredHashes) > 0 {
-		patched, err := r.Roller.Roll(ctx, ns.Name, rev)
-		if len(patched) > 0 {
-			names := make([]string, len(patched))
-			for i, w := range patched {
-				names[i] = w.String()
-			}
-			r.Events.Eventf(ns, nil, corev1.EventTypeNormal, ReasonWorkloadsRestarted, "Restart",
-				"restarted %s to pick up new Valkey credentials", strings.Join(names, ", "))
-		}
-		if err != nil {
-			return ctrl.Result{}, fmt.Errorf("restart workloads of %s: %w", ns.Name, err)
-		}
-	}
-	if len(creds.RetiredHashes) == 0 {
-		return ctrl.Result{}, nil
-	}
-	return r.finishRotation(ctx, ns, creds, rev)
 }
 
 // apply records st on the namespace (the authority every later step and resync follows), runs
@@ -350,14 +375,17 @@ func (r *Reconciler) finishRotation(ctx context.Context, ns *corev1.Namespace, c
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	st, _ := StateFrom(ns)
 	if len(pending) > 0 {
 		logf.FromContext(ctx).V(1).Info("waiting for workloads to roll out before retiring old passwords", "pending", pending)
 		return ctrl.Result{RequeueAfter: r.RolloutPoll}, nil
 	}
-	st, _ := StateFrom(ns)
 	if st.Digest != acl.HashPassword(creds.Password) {
 		// The namespace moved on (another rotation): the next reconcile finishes that one.
 		return ctrl.Result{RequeueAfter: r.RolloutPoll}, nil
+	}
+	if wait := r.applyWait(ns.Name, time.Now()); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	st.Retiring = nil
 	creds.RetiredHashes = nil
@@ -366,9 +394,11 @@ func (r *Reconciler) finishRotation(ctx context.Context, ns *corev1.Namespace, c
 		return ctrl.Result{}, err
 	}
 	if err := errors.Join(res.Err(), res.UserErrors()[creds.Name]); err != nil {
+		r.forgetApplied(ns.Name)
 		metrics.Errors.WithLabelValues(metrics.OpUpsert).Inc()
 		return ctrl.Result{}, fmt.Errorf("remove retired passwords of %q: %w", creds.Name, err)
 	}
+	r.remember(ns.Name, appliedFor(ns, st, creds.Name))
 	r.Events.Eventf(ns, nil, corev1.EventTypeNormal, ReasonRotationCompleted, "Rotate",
 		"every workload restarted with the current Valkey password; older passwords of %q removed", creds.Name)
 	return ctrl.Result{}, nil
