@@ -89,6 +89,9 @@ type Options struct {
 	DeleteTimeout time.Duration
 	// RolloutPoll is how often a password rotation checks whether workloads rolled out.
 	RolloutPoll time.Duration
+	// RotationMaxGrace bounds how long earlier passwords stay valid while the workloads roll out
+	// after a rotation: past it they are removed, even if a workload never rolled out.
+	RotationMaxGrace time.Duration
 	// ReservedUsers are usernames no tenant may get: the server's replication and Sentinel
 	// users and any other name the platform keeps. "default", "lock" and the admin user are
 	// always reserved.
@@ -122,6 +125,9 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	if o.DeleteTimeout == 0 {
 		o.DeleteTimeout = DefaultDeleteTimeout
 	}
+	if o.RotationMaxGrace == 0 {
+		o.RotationMaxGrace = provision.DefaultMaxGrace
+	}
 	if o.ReservedUsers == nil {
 		o.ReservedUsers = slices.Clone(provision.AlwaysReserved)
 	}
@@ -138,6 +144,7 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.TLSCAFile, "valkey-tls-ca-file", o.TLSCAFile, "CA bundle for Valkey server certificates (default: system roots)")
 	fs.DurationVar(&o.ResyncPeriod, "valkey-acl-resync-period", o.ResyncPeriod, "how often every tenant ACL user is re-applied on every node, with jitter (env "+EnvResyncPeriod+")")
 	fs.DurationVar(&o.DeleteTimeout, "valkey-acl-delete-timeout", o.DeleteTimeout, "how long an unreachable Valkey may delay removing a namespace's finalizer")
+	fs.DurationVar(&o.RotationMaxGrace, "valkey-rotation-max-grace", o.RotationMaxGrace, "longest time earlier passwords stay valid after a rotation (or a lost Secret) while workloads roll out; past it they are removed even if a workload never rolled out")
 }
 
 // BindLegacyFlags registers v0.11's flag names that differ from siteops' as hidden, deprecated
@@ -242,6 +249,9 @@ func (o *Options) Validate() error {
 	if o.DeleteTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("tenant part: --valkey-acl-delete-timeout must be positive, got %s", o.DeleteTimeout))
 	}
+	if o.RotationMaxGrace <= 0 {
+		errs = append(errs, fmt.Errorf("tenant part: --valkey-rotation-max-grace must be positive (a leaked password must stop working at some point), got %s", o.RotationMaxGrace))
+	}
 	if _, err := acl.ParseAllowList(o.AllowedNodes); err != nil {
 		errs = append(errs, fmt.Errorf("tenant part: --valkey-allowed-nodes: %w", err))
 	}
@@ -308,6 +318,10 @@ func (o *Options) NodeConfig() (acl.Config, error) {
 // Setup registers the namespace controller, the Sentinel watcher and the periodic resync.
 func Setup(mgr ctrl.Manager, o Options) error {
 	o = *o.resolved()
+	if o.RotationMaxGrace == 0 {
+		// Options made without BindFlags; a 0 given as the flag is refused by Validate first.
+		o.RotationMaxGrace = provision.DefaultMaxGrace
+	}
 	if err := o.Validate(); err != nil {
 		return err
 	}
@@ -348,6 +362,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		ReservedKeyPrefixes: o.ReservedPrefixes(),
 		DeleteTimeout:       o.DeleteTimeout,
 		RolloutPoll:         poll,
+		MaxGrace:            o.RotationMaxGrace,
 		Guard:               guard,
 	}
 	if err := r.SetupWithManager(mgr, secrets); err != nil {

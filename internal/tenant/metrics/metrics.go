@@ -67,6 +67,13 @@ var (
 		Name: "siteops_tenant_untrusted_node_total",
 		Help: "Valkey nodes a Sentinel reported outside --valkey-allowed-nodes, refused before anything was sent to them, by node (the first 20 addresses; later ones counted as node other).",
 	}, []string{"node"})
+	// RotationsCut counts rotations whose earlier passwords were removed before every restarted
+	// workload had rolled out, by reason: max_grace (--valkey-rotation-max-grace ran out) or
+	// revoke_now (the platform revoked them).
+	RotationsCut = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "siteops_tenant_rotations_cut_total",
+		Help: "Rotations whose earlier passwords were removed before every restarted workload had rolled out, by reason (max_grace, revoke_now).",
+	}, []string{"reason"})
 	// Failovers counts Sentinel +switch-master events, once per failover.
 	Failovers = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "deco_operator_valkey_sentinel_failovers_total",
@@ -76,9 +83,12 @@ var (
 
 func init() {
 	crmetrics.Registry.MustRegister(Provisioned, Deleted, Errors, SelfHealed, Tenants, Failovers,
-		UserErrors, IsolationViolations, SecretsRestored, UntrustedNodes)
+		UserErrors, IsolationViolations, SecretsRestored, UntrustedNodes, RotationsCut)
 	for _, op := range []string{OpUpsert, OpDelete, OpCheck} {
 		Errors.WithLabelValues(op)
+	}
+	for _, reason := range []string{"max_grace", "revoke_now"} {
+		RotationsCut.WithLabelValues(reason)
 	}
 }
 

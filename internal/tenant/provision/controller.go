@@ -54,7 +54,7 @@ var namespaceChanged = predicate.Funcs{
 	CreateFunc: func(event.CreateEvent) bool { return true },
 	DeleteFunc: func(event.DeleteEvent) bool { return false },
 	UpdateFunc: func(e event.UpdateEvent) bool {
-		for _, k := range []string{decov1.AnnotationValkeyACL, decov1.AnnotationValkeyACLSync, decov1.AnnotationValkeyACLRotate} {
+		for _, k := range []string{decov1.AnnotationValkeyACL, decov1.AnnotationValkeyACLSync, decov1.AnnotationValkeyACLRotate, AnnotationRevoke} {
 			if e.ObjectOld.GetAnnotations()[k] != e.ObjectNew.GetAnnotations()[k] {
 				return true
 			}

@@ -33,7 +33,17 @@ const (
 	AnnotationRetiring = "deco.sites/valkey-acl-retiring"
 	// AnnotationRotated is the value of the namespace's rotate annotation that was carried out.
 	AnnotationRotated = "deco.sites/valkey-acl-rotated"
+	// AnnotationRetiringSince is when the passwords in AnnotationRetiring began retiring (RFC
+	// 3339): none of them stays valid past it plus the maximum grace.
+	AnnotationRetiringSince = "deco.sites/valkey-acl-retiring-since"
+	// AnnotationRevoked is the value of AnnotationRevoke that was carried out.
+	AnnotationRevoked = "deco.sites/valkey-acl-revoked"
 )
+
+// AnnotationRevoke on a Namespace, set by the platform (siteops tenant rotate --revoke-now),
+// removes every retiring password at once when its value changes, without waiting for the
+// workloads to roll out.
+const AnnotationRevoke = "deco.sites/valkey-acl-revoke"
 
 // OperatorAnnotationPrefix starts every annotation the operator owns; none belongs on a tenant's
 // Secret, so a Secret carrying one was edited and is restored.
@@ -154,14 +164,27 @@ type State struct {
 	Retiring []string
 	// Rotated is the rotate annotation value last carried out.
 	Rotated string
+	// RetiringSince is when Retiring became non-empty; zero when it is empty.
+	RetiringSince time.Time
+	// Revoked is the revoke annotation value last carried out.
+	Revoked string
 }
 
 // StateFrom reads a namespace's state. Values that are not SHA-256 hex digests are left out and
 // reported in err (without quoting them): the caller keeps working with the valid ones.
 func StateFrom(ns *corev1.Namespace) (State, error) {
 	a := ns.Annotations
-	st := State{Rotated: a[AnnotationRotated]}
+	st := State{Rotated: a[AnnotationRotated], Revoked: a[AnnotationRevoked]}
 	var errs []error
+	if v := a[AnnotationRetiringSince]; v != "" {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			// Read as "since now": the grace starts again rather than never ending.
+			errs = append(errs, fmt.Errorf("annotation %s is not an RFC 3339 time", AnnotationRetiringSince))
+		} else {
+			st.RetiringSince = t
+		}
+	}
 	if d := strings.TrimSpace(a[AnnotationPasswordDigest]); d != "" {
 		if acl.ValidHash(d) {
 			st.Digest = d
@@ -197,6 +220,12 @@ func (st State) Apply(annotations map[string]string) {
 	set(AnnotationPasswordDigest, st.Digest)
 	set(AnnotationRetiring, strings.Join(st.Retiring, ","))
 	set(AnnotationRotated, st.Rotated)
+	since := ""
+	if len(st.Retiring) > 0 && !st.RetiringSince.IsZero() {
+		since = st.RetiringSince.UTC().Format(time.RFC3339)
+	}
+	set(AnnotationRetiringSince, since)
+	set(AnnotationRevoked, st.Revoked)
 }
 
 // User returns the ACL user st describes, without its clear password.

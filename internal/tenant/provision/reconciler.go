@@ -62,6 +62,9 @@ type Reconciler struct {
 	DeleteTimeout time.Duration
 	// RolloutPoll is how often a rotation checks whether workloads finished rolling out.
 	RolloutPoll time.Duration
+	// MaxGrace bounds how long earlier passwords stay valid while the workloads roll out; 0
+	// waits for the rollout however long it takes.
+	MaxGrace time.Duration
 	// Guard, when set, is the resync's Syncer.Guard: it holds one user while its state is
 	// written and applied, so a concurrent resync round cannot apply the state it replaces.
 	// Only that user is held; other tenants and the rounds never wait for it.
@@ -209,10 +212,11 @@ func (r *Reconciler) provision(ctx context.Context, name, user string) (ctrl.Res
 		// must not grow the rule every node applies on each resync: keep the newest.
 		st.Retiring = st.Retiring[n-MaxRetiring:]
 	}
+	cut := r.cutRetiring(ns, &st, time.Now())
 	creds := acl.User{Name: user, Password: pass, RetiredHashes: st.Retiring}
 	rev := Revision(creds)
 	want := appliedFor(ns, st, user)
-	if why == unchanged && stateRecorded(ns, st) && r.wasApplied(ns.Name, want) {
+	if why == unchanged && cut == "" && stateRecorded(ns, st) && r.wasApplied(ns.Name, want) {
 		// Nothing the nodes hold can differ from the last apply (a node that lost the user is
 		// healed by the resync rounds): an edit of the Secret costs no node any work.
 		if err := r.restoreSecret(ctx, ns, secret, creds, why); err != nil {
@@ -226,6 +230,9 @@ func (r *Reconciler) provision(ctx context.Context, name, user string) (ctrl.Res
 		res, err := r.apply(ctx, ns, st, creds, func() error { return r.restoreSecret(ctx, ns, secret, creds, why) })
 		if err != nil {
 			return ctrl.Result{}, err
+		}
+		if cut != "" {
+			r.reportCut(ctx, ns, user, rev, cut)
 		}
 		if err := errors.Join(res.Err(), res.UserErrors()[user]); err != nil {
 			r.forgetApplied(ns.Name)
@@ -267,7 +274,7 @@ func (r *Reconciler) reportApplied(ctx context.Context, ns *corev1.Namespace, us
 			"Valkey ACL user %q provisioned on %d nodes", user, len(res.Nodes))
 	case why == rotated:
 		r.Events.Eventf(ns, nil, corev1.EventTypeNormal, ReasonRotated, "Rotate",
-			"Valkey password of %q rotated; the old one stays valid until the workloads have restarted", user)
+			"Valkey password of %q rotated; the old one stays valid until the workloads have restarted (at most %s)", user, r.MaxGrace)
 	case why == reissued:
 		metrics.Provisioned.Inc()
 		r.Events.Eventf(ns, nil, corev1.EventTypeNormal, ReasonProvisioned, "Provision",
@@ -378,7 +385,12 @@ func (r *Reconciler) finishRotation(ctx context.Context, ns *corev1.Namespace, c
 	st, _ := StateFrom(ns)
 	if len(pending) > 0 {
 		logf.FromContext(ctx).V(1).Info("waiting for workloads to roll out before retiring old passwords", "pending", pending)
-		return ctrl.Result{RequeueAfter: r.RolloutPoll}, nil
+		// Back when the grace ends, if that comes before the next poll.
+		poll := r.RolloutPoll
+		if left := r.graceLeft(st, time.Now()); left > 0 {
+			poll = min(poll, left)
+		}
+		return ctrl.Result{RequeueAfter: poll}, nil
 	}
 	if st.Digest != acl.HashPassword(creds.Password) {
 		// The namespace moved on (another rotation): the next reconcile finishes that one.
@@ -387,7 +399,7 @@ func (r *Reconciler) finishRotation(ctx context.Context, ns *corev1.Namespace, c
 	if wait := r.applyWait(ns.Name, time.Now()); wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
-	st.Retiring = nil
+	st.Retiring, st.RetiringSince = nil, time.Time{}
 	creds.RetiredHashes = nil
 	res, err := r.apply(ctx, ns, st, creds, nil)
 	if err != nil {
