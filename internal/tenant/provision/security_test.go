@@ -35,6 +35,8 @@ const (
 	reasonIsolationViolation = "ValkeyACLIsolationViolation"
 	metricUserErrors         = "siteops_tenant_acl_user_errors_total"
 	metricViolations         = "siteops_tenant_isolation_violations"
+	metricSecretsRestored    = "siteops_tenant_secrets_restored_total"
+	metricSelfHealed         = "deco_operator_valkey_acl_self_healed_total"
 )
 
 // metricValue reads one series of a registered metric; ok is false when there is none.
@@ -95,9 +97,11 @@ func (e *env) requireAuthRefused(t *testing.T, user, pass string) {
 }
 
 // TestSecurityHijackBySecretEdit: a tenant rewrites its own Secret to name another tenant's user
-// with a password of its choice (and makes it immutable). Resyncs must not apply it, the victim
-// keeps its password, the Secret is restored with a Warning, and the attacker's opt-out deletes
-// only the attacker's own user.
+// with a password of its choice (and makes it immutable). Neither the reconcile that sees the
+// edit nor resync rounds may apply it: the victim keeps its password, the Secret is restored with
+// a Warning, and the attacker's opt-out deletes only the attacker's own user. Each check follows
+// evidence that the step it guards ran: the restore's Event and counter for the reconcile, the
+// victim's user provisioned again after it was deleted for resync rounds.
 func TestSecurityHijackBySecretEdit(t *testing.T) {
 	e := newEnvWithPeriod(t, time.Second)
 	ctx := context.Background()
@@ -112,38 +116,52 @@ func TestSecurityHijackBySecretEdit(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, func() error { return e.authEverywhere(ctx, aUser, aPass) })
 
 	const forged = "forged-by-the-attacker"
+	restoredBefore, _ := metricValue(metricSecretsRestored, nil)
 	editOwnSecret(t, attacker, func(s *corev1.Secret) {
 		s.Data[decov1.ValkeyACLUsernameKey] = []byte(vUser)
 		s.Data[decov1.ValkeyACLPasswordKey] = []byte(forged)
 		s.Immutable = ptr.To(true)
 	})
-	// The platform forces a resync of the attacker's namespace; periodic rounds run every second.
+	// The platform forces a resync of the attacker's namespace too.
 	e.annotate(t, attacker.Namespace, map[string]*string{decov1.AnnotationValkeyACLSync: ptr.To("after-edit")})
-
-	time.Sleep(3 * time.Second) // several periodic resyncs
+	// The reconcile that saw the edit has run: it restored the Secret, said so and counted it.
+	restored := e.waitRestored(t, attacker.Namespace, aUser, forged)
+	testenv.Eventually(t, 20*time.Second, func() error {
+		if err := hasEvent(e.c, attacker.Namespace, reasonSecretRestored); err != nil {
+			return err
+		}
+		if v, _ := metricValue(metricSecretsRestored, nil); v <= restoredBefore {
+			return fmt.Errorf("%s = %v, the restore was not counted", metricSecretsRestored, v)
+		}
+		return nil
+	})
 	e.requireAuthRefused(t, vUser, forged)
 	if err := e.authEverywhere(ctx, vUser, vPass); err != nil {
 		t.Fatalf("victim locked out after the attacker's edit: %v", err)
 	}
-	var restored string
-	testenv.Eventually(t, 20*time.Second, func() error {
-		s, err := e.secret(attacker.Namespace)
-		if err != nil {
-			return err
-		}
-		if u := string(s.Data[decov1.ValkeyACLUsernameKey]); u != aUser {
-			return fmt.Errorf("attacker's Secret still names user %q", u)
-		}
-		if s.Immutable != nil && *s.Immutable {
-			return fmt.Errorf("attacker's Secret is still immutable")
-		}
-		restored = string(s.Data[decov1.ValkeyACLPasswordKey])
-		if restored == forged || restored == "" {
-			return fmt.Errorf("attacker's Secret still holds the forged password")
-		}
-		return hasEvent(e.c, attacker.Namespace, reasonSecretRestored)
+	testenv.Eventually(t, 10*time.Second, func() error { return e.authEverywhere(ctx, aUser, restored) })
+
+	// Resync rounds must see the forged Secret, so the attacker keeps it: immutable, with a
+	// finalizer of its own, the operator can neither change nor replace it. The victim's user,
+	// deleted from every node, comes back only from a round; two deletions in a row make sure a
+	// whole round ran, from its listing on, while the forged Secret was there.
+	editOwnSecret(t, attacker, func(s *corev1.Secret) {
+		s.Data[decov1.ValkeyACLUsernameKey] = []byte(vUser)
+		s.Data[decov1.ValkeyACLPasswordKey] = []byte(forged)
+		s.Immutable = ptr.To(true)
+		s.Finalizers = append(s.Finalizers, attackerHold)
 	})
+	for range 2 {
+		e.reprovisionedByResync(t, vUser, vPass)
+	}
+	if s, err := e.secret(attacker.Namespace); err != nil || string(s.Data[decov1.ValkeyACLPasswordKey]) != forged {
+		t.Fatalf("the attacker's forged Secret was not in place during the resyncs (%v)", err)
+	}
 	e.requireAuthRefused(t, vUser, forged)
+	editOwnSecret(t, attacker, func(s *corev1.Secret) {
+		s.Finalizers = slices.DeleteFunc(s.Finalizers, func(f string) bool { return f == attackerHold })
+	})
+	restored = e.waitRestored(t, attacker.Namespace, aUser, forged)
 	testenv.Eventually(t, 10*time.Second, func() error { return e.authEverywhere(ctx, aUser, restored) })
 
 	// The attacker names the victim again, and the platform opts the attacker's namespace out:
@@ -173,6 +191,60 @@ func TestSecurityHijackBySecretEdit(t *testing.T) {
 	if err := e.authEverywhere(ctx, vUser, vPass); err != nil {
 		t.Fatalf("victim locked out after the attacker's opt-out: %v", err)
 	}
+}
+
+// attackerHold is the finalizer a tenant puts on its own Secret so nobody can replace it.
+const attackerHold = "attacker.example/hold"
+
+// waitRestored waits until the valkey-acl Secret of ns names user again, with a password other
+// than forged, is no longer immutable and is not being deleted, and returns that password.
+func (e *env) waitRestored(t *testing.T, ns, user, forged string) string {
+	t.Helper()
+	var pass string
+	testenv.Eventually(t, 20*time.Second, func() error {
+		s, err := e.secret(ns)
+		if err != nil {
+			return err
+		}
+		if u := string(s.Data[decov1.ValkeyACLUsernameKey]); u != user {
+			return fmt.Errorf("Secret of %s still names user %q", ns, u)
+		}
+		if s.Immutable != nil && *s.Immutable {
+			return fmt.Errorf("Secret of %s is still immutable", ns)
+		}
+		if s.DeletionTimestamp != nil {
+			return fmt.Errorf("Secret of %s is being deleted", ns)
+		}
+		pass = string(s.Data[decov1.ValkeyACLPasswordKey])
+		if pass == forged || pass == "" {
+			return fmt.Errorf("Secret of %s still holds the forged password", ns)
+		}
+		return nil
+	})
+	return pass
+}
+
+// reprovisionedByResync deletes user from every node and waits until a resync round has
+// provisioned it again, counted as self-healed, accepting pass: evidence that a round applied
+// the users after the call began, and that it applied pass for user.
+func (e *env) reprovisionedByResync(t *testing.T, user, pass string) {
+	t.Helper()
+	ctx := context.Background()
+	healed, _ := metricValue(metricSelfHealed, nil)
+	for _, n := range e.nodes {
+		c := e.admin(n)
+		err := c.Do(ctx, "acl", "deluser", user).Err()
+		_ = c.Close()
+		if err != nil {
+			t.Fatalf("ACL DELUSER %s on %s: %v", user, n, err)
+		}
+	}
+	testenv.Eventually(t, 20*time.Second, func() error {
+		if v, _ := metricValue(metricSelfHealed, nil); v <= healed {
+			return fmt.Errorf("%s = %v: no resync round has provisioned %s again", metricSelfHealed, v, user)
+		}
+		return e.authEverywhere(ctx, user, pass)
+	})
 }
 
 // TestSecurityImmutableSecretRestored: a tenant freezes its Secret (immutable: true), which would
