@@ -16,7 +16,7 @@ import (
 
 func newTenantCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "tenant", Short: "Manage tenant cache isolation"}
-	cmd.AddCommand(newTenantResyncCommand(), newTenantDoctorCommand())
+	cmd.AddCommand(newTenantResyncCommand(), newTenantRotateCommand(), newTenantDoctorCommand())
 	return cmd
 }
 
@@ -30,16 +30,9 @@ func newTenantResyncCommand() *cobra.Command {
 			"namespaces, or with --all on every namespace annotated " + decov1.AnnotationValkeyACL + "=true, so the " +
 			"operator re-applies their ACL users on every Valkey node. Passwords do not change.",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rules := clientcmd.NewDefaultClientConfigLoadingRules()
-			rules.ExplicitPath = kubeconfig
-			cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubeContext})
-			cfg, err := cc.ClientConfig()
+			c, err := kubeClient(kubeconfig, kubeContext)
 			if err != nil {
-				return fmt.Errorf("load kubeconfig: %w", err)
-			}
-			c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
-			if err != nil {
-				return fmt.Errorf("create Kubernetes client: %w", err)
+				return err
 			}
 			done, err := provision.ForceResync(cmd.Context(), c, all, args, strconv.FormatInt(time.Now().UnixNano(), 10))
 			for _, ns := range done {
@@ -55,4 +48,21 @@ func newTenantResyncCommand() *cobra.Command {
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
 	cmd.Flags().StringVar(&kubeContext, "context", "", "kubeconfig context to use")
 	return cmd
+}
+
+// kubeClient returns a client for the kubeconfig file (default: $KUBECONFIG or ~/.kube/config)
+// and context (default: the current one).
+func kubeClient(kubeconfig, kubeContext string) (client.Client, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubeContext})
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig: %w", err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
+	if err != nil {
+		return nil, fmt.Errorf("create Kubernetes client: %w", err)
+	}
+	return c, nil
 }
