@@ -1,12 +1,29 @@
 package charts_test
 
 import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/siteops/siteops/internal/decofile/push"
+	"github.com/siteops/siteops/internal/manager"
+	"github.com/siteops/siteops/internal/testenv"
 )
 
 // TestPushWebhook: with a push bind address, the manager declares the push port, gets its
@@ -71,3 +88,128 @@ pushWebhook:
 		}
 	}
 }
+
+// TestPushReplayCacheWithChartRBAC runs two managers (two replicas) with the flags the chart
+// renders for push events, as the chart's ServiceAccount, with the leader election Lease in
+// another namespace: a delivery one replica acted on is a replay for the other, kept in a Lease
+// of the release namespace that the chart's push-replays Role alone lets it write. Leases of
+// other namespaces stay out of reach, and the sweep works with the same permissions.
+func TestPushReplayCacheWithChartRBAC(t *testing.T) {
+	off := render(t, "siteops", namespace, values(t, "{}"))
+	if off.get(t, "Role", "siteops-push-replays", nil) {
+		t.Error("push events are off, yet the push-replays Role is rendered")
+	}
+
+	c := testenv.APIServer(t)
+	ns := c.Namespace(t, "siteops", nil)
+	elsewhere := c.Namespace(t, "leader", nil)
+	m := install(t, c, ns, values(t, fmt.Sprintf(`
+flags:
+  controllers: [decofile]
+  decofile-disable-injection: true
+  push-webhook-bind-address: ":9445"
+  leader-election-namespace: %s
+secrets:
+  pushWebhookSecret: {name: hooks, key: secret}
+`, elsewhere)))
+	var role rbacv1.Role
+	if !m.get(t, "Role", ns+"-push-replays", &role) || role.Namespace != ns {
+		t.Fatalf("no push-replays Role in the release namespace: %+v", role.ObjectMeta)
+	}
+	_, o := parseArgs(t, m.deployment(t))
+	secretFile := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secretFile, []byte("chart-push-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// What the pod's environment would decide: its namespace (the chart's POD_NAMESPACE), its
+	// ports, the mounted secret.
+	t.Setenv("POD_NAMESPACE", ns)
+	cfg := rest.CopyConfig(c.Config)
+	user := fmt.Sprintf("system:serviceaccount:%s:%s-manager", ns, ns)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}}
+	var urls []string
+	for i := range 2 {
+		r := *o
+		r.MetricsAddr, r.ProbeAddr = "0", "0"
+		r.WebhookHost, r.WebhookPort, r.WebhookCertDir = "127.0.0.1", freePort(t), t.TempDir()
+		r.SecondInProcess = true
+		addr := testenv.FreeLoopbackAddr(t)
+		r.Decofile.Push.BindAddress, r.Decofile.Push.SecretFile = addr, secretFile
+		mgr, err := manager.New(cfg, r)
+		if err != nil {
+			t.Fatalf("replica %d does not start with the chart's permissions: %v", i, err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- mgr.Start(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("replica %d stopped with %v", i, err)
+			}
+		})
+		urls = append(urls, "http://"+addr+push.Path)
+	}
+
+	body := []byte(`{"ref":"refs/heads/main","repository":{"full_name":"acme/shop","clone_url":"https://git.example/acme/shop.git"}}`)
+	send := func(url string) (int, error) {
+		req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			return 0, err
+		}
+		req.Header.Set("X-GitHub-Event", "push")
+		req.Header.Set("X-GitHub-Delivery", "chart-delivery-1")
+		req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(push.Sign(body, []byte("chart-push-secret"))))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	// The receivers listen once their managers run (a GET is answered 405).
+	for _, u := range urls {
+		testenv.Eventually(t, 30*time.Second, func() error {
+			resp, err := http.Get(u)
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			return nil
+		})
+	}
+	if code, err := send(urls[0]); err != nil || code != http.StatusAccepted {
+		t.Fatalf("delivery to replica 0: HTTP %d %v, want 202", code, err)
+	}
+	if code, err := send(urls[1]); err != nil || code != http.StatusOK {
+		t.Fatalf("the same delivery to replica 1: HTTP %d %v, want 200 (already handled)", code, err)
+	}
+	var leases coordinationv1.LeaseList
+	if err := c.Client.List(context.Background(), &leases, client.InNamespace(ns), client.HasLabels{push.LabelReplay}); err != nil || len(leases.Items) != 2 {
+		t.Fatalf("replay Leases in the release namespace: %d, %v; want 2", len(leases.Items), err)
+	}
+
+	// The sweep, as the ServiceAccount, an hour and more later: lists and deletes them.
+	sa, err := client.New(cfg, client.Options{Scheme: c.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := func() time.Time { return time.Now().Add(2 * time.Hour) }
+	rcv, err := push.NewReceiver(push.Config{Secret: []byte("x"), Trigger: noTrigger{}, Client: sa, Namespace: ns, Now: later})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left, err := rcv.Sweeper().Sweep(context.Background()); err != nil || left != 0 {
+		t.Fatalf("sweep as the ServiceAccount: %d left, %v", left, err)
+	}
+	for _, other := range []string{"default", "kube-system"} {
+		a := authorizationv1.ResourceAttributes{Namespace: other, Verb: "create", Group: "coordination.k8s.io", Resource: "leases"}
+		if allowed(t, c, user, a) {
+			t.Errorf("the manager may create Leases in %s", other)
+		}
+	}
+}
+
+type noTrigger struct{}
+
+func (noTrigger) Trigger(context.Context, []string) (int, error) { return 0, nil }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/decofile/controller"
@@ -83,6 +84,25 @@ func (p PushOptions) secret() ([]byte, error) {
 		return nil, fmt.Errorf("--push-webhook-secret-file %s is empty", p.SecretFile)
 	}
 	return v, nil
+}
+
+// EnvPodNamespace is the manager's namespace (the chart sets it from the downward API); the push
+// receiver keeps its replay cache's Leases there.
+const EnvPodNamespace = "POD_NAMESPACE"
+
+// inClusterNamespaceFile holds the pod's namespace when POD_NAMESPACE is not set.
+const inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// replayNamespace is the manager's namespace: POD_NAMESPACE, else the service account's
+// namespace in a pod, else "default" (a manager run outside the cluster, as by dev up).
+func replayNamespace() string {
+	if ns := strings.TrimSpace(os.Getenv(EnvPodNamespace)); ns != "" {
+		return ns
+	}
+	if raw, err := os.ReadFile(inClusterNamespaceFile); err == nil && len(bytes.TrimSpace(raw)) > 0 {
+		return string(bytes.TrimSpace(raw))
+	}
+	return "default"
 }
 
 // DeliveryOptions are the delivery controller's flags.
@@ -385,13 +405,23 @@ func setupPush(mgr ctrl.Manager, p PushOptions, delivery *controller.Options) er
 		return err
 	}
 	delivery.Push = trigger
+	// The replay cache's Leases are read straight from the API server: the manager's cache
+	// would watch Leases in every namespace.
+	direct, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return fmt.Errorf("push receiver: API client for the replay cache: %w", err)
+	}
 	rcv, err := push.NewReceiver(push.Config{Addr: p.BindAddress, Secret: secret, Trigger: trigger,
-		MaxBodyBytes: p.MaxBodyBytes, Rate: float64(p.Rate), Burst: p.Burst})
+		MaxBodyBytes: p.MaxBodyBytes, Rate: float64(p.Rate), Burst: p.Burst,
+		Client: direct, Namespace: replayNamespace()})
 	if err != nil {
 		return err
 	}
 	if err := mgr.Add(rcv); err != nil {
 		return fmt.Errorf("add the push receiver: %w", err)
+	}
+	if err := mgr.Add(rcv.Sweeper()); err != nil {
+		return fmt.Errorf("add the push replay cache sweeper: %w", err)
 	}
 	return nil
 }

@@ -16,7 +16,7 @@ const (
 	ResultTooLarge     = "too_large"    // body over the limit (413)
 	ResultRateLimited  = "rate_limited" // over the rate or concurrency bound (429)
 	ResultBadRequest   = "bad_request"  // not a push event siteops understands (400)
-	ResultError        = "error"        // the event could not be passed on (503)
+	ResultError        = "error"        // the event could not be passed on, or checked against the replay cache (503)
 )
 
 var (
@@ -28,8 +28,22 @@ var (
 		Name: "siteops_decofile_push_reconciles_total",
 		Help: "Decofile reconciles asked for by push events.",
 	})
+	replayErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "siteops_decofile_push_replay_errors_total",
+		Help: "Failed API server requests of the push replay cache (Leases in the manager's namespace), by operation: check (the delivery was answered 503 and not acted on), release, sweep.",
+	}, []string{"op"})
+	replayRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "siteops_decofile_push_replay_leases_removed_total",
+		Help: "Push replay cache Leases the sweep deleted, by reason: expired (past the replay window) or bound (the oldest, past the bound on Leases).",
+	}, []string{"reason"})
+	replayLeases = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "siteops_decofile_push_replay_leases",
+		Help: "Push replay cache Leases left after the leader's last sweep.",
+	})
 )
 
-func init() { crmetrics.Registry.MustRegister(eventsTotal, triggeredTotal) }
+func init() {
+	crmetrics.Registry.MustRegister(eventsTotal, triggeredTotal, replayErrors, replayRemoved, replayLeases)
+}
 
 func count(provider, result string) { eventsTotal.WithLabelValues(provider, result).Inc() }

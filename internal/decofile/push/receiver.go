@@ -6,7 +6,8 @@
 // Everything a request carries is untrusted until its signature (or GitLab's token) matches
 // the configured secret; even then an event only makes the operator re-resolve refs it already
 // follows, which is harmless. Requests are bounded in size, rate and concurrency, and a
-// delivery seen before (same delivery ID or same signed body) does nothing.
+// delivery seen before (same delivery ID or same signed body) by any replica does nothing: the
+// replay cache is kept in Leases on the API server, which every replica reaches.
 package push
 
 import (
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 )
@@ -65,6 +67,17 @@ type Config struct {
 	MaxInFlight int
 	// ReplayWindow is how long a delivery is remembered so a replay of it does nothing.
 	ReplayWindow time.Duration
+	// Client keeps the replay cache: one coordination.k8s.io Lease per remembered key in
+	// Namespace, so a delivery one replica handled is a replay for all of them. It should not
+	// read from the manager's cache (Leases are not cached). Without it a receiver remembers
+	// deliveries in its own memory only, which holds for a single replica (tests, dev).
+	Client client.Client
+	// Namespace holds the replay cache's Leases: the manager's own namespace.
+	Namespace string
+	// MaxReplayLeases bounds the Leases the sweep leaves; 0 means DefaultMaxReplayLeases.
+	MaxReplayLeases int
+	// SweepInterval is how often the Sweeper runs; 0 means DefaultReplaySweepInterval.
+	SweepInterval time.Duration
 	// Now is the clock (tests); nil means time.Now.
 	Now func() time.Time
 }
@@ -77,7 +90,10 @@ type Receiver struct {
 	srv      *http.Server
 	limiter  *rate.Limiter
 	inFlight chan struct{}
+	shared   *replays
 
+	// seen is each replica's own memory of the deliveries it acted on, looked at before the
+	// shared cache: a replay sent to the same replica costs no API request.
 	mu    sync.Mutex
 	seen  map[string]time.Time
 	order []string
@@ -90,6 +106,15 @@ func NewReceiver(cfg Config) (*Receiver, error) {
 	}
 	if cfg.Trigger == nil {
 		return nil, errors.New("push receiver: no trigger")
+	}
+	if cfg.Client != nil && cfg.Namespace == "" {
+		return nil, errors.New("push receiver: no namespace for the replay cache's Leases: set POD_NAMESPACE to the manager's namespace")
+	}
+	if cfg.MaxReplayLeases <= 0 {
+		cfg.MaxReplayLeases = DefaultMaxReplayLeases
+	}
+	if cfg.SweepInterval <= 0 {
+		cfg.SweepInterval = DefaultReplaySweepInterval
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
@@ -114,6 +139,10 @@ func NewReceiver(cfg Config) (*Receiver, error) {
 		limiter:  rate.NewLimiter(rate.Limit(cfg.Rate), cfg.Burst),
 		inFlight: make(chan struct{}, cfg.MaxInFlight),
 		seen:     map[string]time.Time{},
+	}
+	if cfg.Client != nil {
+		r.shared = &replays{c: cfg.Client, namespace: cfg.Namespace, window: cfg.ReplayWindow,
+			max: cfg.MaxReplayLeases, interval: cfg.SweepInterval, now: cfg.Now}
 	}
 	mux := http.NewServeMux()
 	mux.Handle(Path, r)
@@ -151,6 +180,10 @@ func (r *Receiver) Start(ctx context.Context) error {
 
 // NeedLeaderElection is false: every replica receives events.
 func (r *Receiver) NeedLeaderElection() bool { return false }
+
+// Sweeper returns the Runnable that keeps the replay cache's Leases within the window and the
+// bound; add it to the manager beside the Receiver. Without Config.Client it does nothing.
+func (r *Receiver) Sweeper() *Sweeper { return &Sweeper{r: r.shared} }
 
 // ServeHTTP handles one delivery.
 func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -206,9 +239,22 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	// Only signed deliveries are remembered: an unsigned request cannot make a later real
 	// delivery look like a replay.
-	if r.replayed(d, body) {
+	keys := replayKeys(d, body)
+	claims, err := r.remember(req.Context(), keys)
+	switch {
+	case errors.Is(err, errReplayed):
 		count(d.provider, ResultDuplicate)
 		reply(w, http.StatusOK, "delivery already handled")
+		return
+	case err != nil:
+		// Fail closed: a delivery that cannot be checked is not acted on (it could be a replay
+		// another replica handled). A push event is only a hint; the poll picks the change up,
+		// and a sender that retries is acted on once the API server answers.
+		count(d.provider, ResultError)
+		replayErrors.WithLabelValues(opCheck).Inc()
+		log.Error(err, "push event not checked against the replay cache", "provider", d.provider)
+		w.Header().Set("Retry-After", "60")
+		reply(w, http.StatusServiceUnavailable, "could not check whether this delivery was handled before; retry later, the next poll picks the change up")
 		return
 	}
 	switch d.kind() {
@@ -229,6 +275,8 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	n, err := r.cfg.Trigger.Trigger(req.Context(), p.Keys)
 	if err != nil {
+		// Not acted on: forgotten, so the sender's retry is.
+		r.forget(req.Context(), keys, claims)
 		count(d.provider, ResultError)
 		log.Error(err, "push event not passed on", "provider", d.provider, "repository", p.Repository, "ref", p.Ref)
 		reply(w, http.StatusServiceUnavailable, "could not pass the event on; the next poll picks the change up")
@@ -246,18 +294,47 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	reply(w, http.StatusAccepted, "accepted")
 }
 
-// replayed remembers the delivery ID and the body's hash for ReplayWindow and reports whether
-// either was seen before. The body counts too because the delivery ID is not signed.
-func (r *Receiver) replayed(d delivery, body []byte) bool {
+// replayKeys are what a delivery is remembered by: the body's digest and, when the sender gives
+// one, the delivery ID. The body counts too because the delivery ID is not signed.
+func replayKeys(d delivery, body []byte) []replayKey {
 	sum := sha256.Sum256(body)
-	keys := []string{d.provider + " body " + string(sum[:])}
+	keys := []replayKey{{kind: "body", key: d.provider + " " + string(sum[:])}}
 	if d.id != "" {
-		keys = append(keys, d.provider+" id "+d.id)
+		keys = append(keys, replayKey{kind: "id", key: d.provider + " " + d.id})
 	}
+	return keys
+}
+
+// remember reports errReplayed when any of keys was seen within ReplayWindow, by this replica
+// (its memory) or any other (the shared Leases); otherwise it takes the keys' Leases and
+// returns them. Any other error means the delivery could not be checked.
+func (r *Receiver) remember(ctx context.Context, keys []replayKey) ([]claim, error) {
 	now := r.cfg.Now()
+	if r.seenHere(keys, now) {
+		return nil, errReplayed
+	}
+	var claims []claim
+	if r.shared != nil {
+		var err error
+		if claims, err = r.shared.claimAll(ctx, keys); err != nil {
+			return nil, err
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	// Forget what fell out of the window (oldest first) and, past the bound, the oldest.
+	for _, k := range keys {
+		id := k.kind + " " + k.key
+		r.seen[id] = now
+		r.order = append(r.order, id)
+	}
+	return claims, nil
+}
+
+// seenHere reports whether this replica saw any of keys within ReplayWindow, first forgetting
+// what fell out of the window (oldest first) and, past the bound, the oldest.
+func (r *Receiver) seenHere(keys []replayKey, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	for len(r.order) > 0 {
 		k := r.order[0]
 		if at, ok := r.seen[k]; ok && now.Sub(at) < r.cfg.ReplayWindow && len(r.order) < replayEntries {
@@ -266,20 +343,27 @@ func (r *Receiver) replayed(d delivery, body []byte) bool {
 		delete(r.seen, k)
 		r.order = r.order[1:]
 	}
-	dup := false
 	for _, k := range keys {
-		if at, ok := r.seen[k]; ok && now.Sub(at) < r.cfg.ReplayWindow {
-			dup = true
+		if at, ok := r.seen[k.kind+" "+k.key]; ok && now.Sub(at) < r.cfg.ReplayWindow {
+			return true
 		}
 	}
-	if dup {
-		return true
-	}
-	for _, k := range keys {
-		r.seen[k] = now
-		r.order = append(r.order, k)
-	}
 	return false
+}
+
+// forget lets go of a delivery that was not acted on, here and in the shared cache.
+func (r *Receiver) forget(ctx context.Context, keys []replayKey, claims []claim) {
+	r.mu.Lock()
+	for _, k := range keys {
+		delete(r.seen, k.kind+" "+k.key)
+	}
+	r.mu.Unlock()
+	if r.shared == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replayTimeout)
+	defer cancel()
+	r.shared.release(ctx, claims)
 }
 
 func reply(w http.ResponseWriter, code int, msg string) {
