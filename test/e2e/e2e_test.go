@@ -43,6 +43,7 @@ func TestChartOnNode(t *testing.T) {
 		{"5 tenant pod: Valkey AUTH with injected credentials, other tenant refused", (*env).tenantCache},
 		{"6 leader pod deleted: the other replica leads, an edit rolls out", (*env).leaderFailover},
 		{"7 mirror: a user's ConfigMap edit reaches git with that author", (*env).mirrorEdit},
+		{"8 mirror's Redis down: replicas stay Ready, workloads admitted, edits committed", (*env).mirrorRedisDown},
 	}
 	for _, s := range steps {
 		if !timings.run(t, s.name, func(t *testing.T) { s.run(e, t) }) {

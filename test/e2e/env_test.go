@@ -51,6 +51,9 @@ type env struct {
 	site     *siteRepo
 	siteNS   string
 	sitePods []corev1.Pod
+	// mirrorNS holds the GitTarget "main" of step 7, which mirrors its ConfigMaps to the bare
+	// repository mirrorRepo.
+	mirrorNS, mirrorRepo string
 }
 
 // newEnv builds the cache probe image, starts the node with the three images, and starts the

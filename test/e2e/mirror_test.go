@@ -26,6 +26,7 @@ func (e *env) mirrorEdit(t *testing.T) {
 	url, err := e.git.CreateRepo("clusters", "main")
 	must(t, err, "create the mirror repository")
 	bare := e.git.RepoDir("clusters")
+	e.mirrorNS, e.mirrorRepo = ns, bare
 
 	const user = "alice"
 	u, err := e.c.Env.AddUser(envtest.User{Name: user}, nil)
