@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -51,13 +52,24 @@ func (c S3Config) ObjectURL(d *decov1.Decofile) string {
 	return u.String()
 }
 
-// Injector is the mutating admission handler.
+// Injector is the mutating admission handler. It answers from the manager's cache and reads the
+// API server only for what the cache has not seen yet, one bounded read at a time: a workload is
+// often applied in the same breath as its Decofile, and every admission of every tenant waits on
+// this fail-closed webhook, so none may read a namespace's content.
 type Injector struct {
-	// Reader reads Decofiles, namespaces, ConfigMaps and Secrets. It should read the API server
-	// directly: a workload is often applied right after its Decofile, before a cache has it.
+	// Cache is the manager's cache: Decofiles (without their inline content, see
+	// controller.CacheOptions) indexed by IndexDeploymentID, and Secrets' metadata. Nil reads
+	// those from Reader (for tests): inject "true" then fails in a namespace of more than four
+	// Decofiles, since an admission reads at most four whole.
+	Cache client.Reader
+	// Reader reads the API server: namespaces, what the cache has not seen yet (metadata first,
+	// then single objects), and a Decofile's ConfigMap while its status has no format.
 	Reader client.Reader
 	// S3 configures the s3 target.
 	S3 S3Config
+
+	slotsOnce sync.Once
+	slots     chan struct{} // see live
 }
 
 var _ admission.Handler = (*Injector)(nil)
@@ -179,8 +191,7 @@ func (h *Injector) mutate(ctx context.Context, namespace string, obj *unstructur
 	if c := meta.FindStatusCondition(d.Status.Conditions, decov1.ConditionReady); c != nil && c.Status != "True" {
 		warnings = append(warnings, fmt.Sprintf("Decofile %q is not ready (%s: %s): pods may not find their content until it is", d.Name, c.Reason, c.Message))
 	}
-	secret := &corev1.Secret{}
-	if err := h.Reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: plan.ReloadSecret}, secret); apierrors.IsNotFound(err) {
+	if ok, err := h.secretExists(ctx, namespace, plan.ReloadSecret); err == nil && !ok {
 		warnings = append(warnings, fmt.Sprintf("reload Secret %q does not exist yet: pods wait for it; the Decofile controller creates it", plan.ReloadSecret))
 	} else if err != nil {
 		warnings = append(warnings, fmt.Sprintf("cannot read reload Secret %q: %v", plan.ReloadSecret, err))
@@ -208,33 +219,37 @@ func (h *Injector) resolve(ctx context.Context, namespace, value string, obj *un
 		if id == "" {
 			return nil, []string{fmt.Sprintf("annotation %s=true needs the label %s on the workload to pick the Decofile; nothing injected", decov1.AnnotationInject, decov1.LabelDeploymentID)}, nil
 		}
-		list := &decov1.DecofileList{}
-		if err := h.Reader.List(ctx, list, client.InNamespace(namespace)); err != nil {
-			return nil, nil, fmt.Errorf("list Decofiles in %s: %w", namespace, err)
+		list, err := h.decofilesWithDeploymentID(ctx, namespace, id)
+		if err != nil {
+			return nil, nil, err
 		}
-		d, warnings := ByDeploymentID(list.Items, id)
+		d, warnings := ByDeploymentID(list, id)
 		if d == nil {
 			return nil, []string{fmt.Sprintf("no Decofile in namespace %q has deploymentId %q: nothing injected; create it and re-apply this workload", namespace, id)}, nil
 		}
 		return d, warnings, nil
 	}
-	d := &decov1.Decofile{}
-	if err := h.Reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, d); apierrors.IsNotFound(err) {
+	d, err := h.decofileNamed(ctx, namespace, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	if d == nil {
 		return nil, []string{fmt.Sprintf("Decofile %q not found in namespace %q: nothing injected; create it and re-apply this workload", name, namespace)}, nil
-	} else if err != nil {
-		return nil, nil, fmt.Errorf("read Decofile %s/%s: %w", namespace, name, err)
 	}
 	return d, nil, nil
 }
 
 // format is the Decofile's stored format: from its status, else from its ConfigMap's keys (the
-// delivery controller may not have written status yet), else json with a warning.
+// delivery controller may not have written status yet, or a v0.11 ConfigMap was not adopted
+// yet), else json with a warning. Only then is the ConfigMap read, once, from the API server.
 func (h *Injector) format(ctx context.Context, d *decov1.Decofile) (decov1.Format, []string) {
 	if d.Status.Format != "" {
 		return d.Status.Format, nil
 	}
 	cm := &corev1.ConfigMap{}
-	err := h.Reader.Get(ctx, types.NamespacedName{Namespace: d.Namespace, Name: d.ConfigMapName()}, cm)
+	err := h.live(ctx, func() error {
+		return h.Reader.Get(ctx, types.NamespacedName{Namespace: d.Namespace, Name: d.ConfigMapName()}, cm)
+	})
 	if err == nil {
 		if _, ok := cm.Data[decov1.KeyBin]; ok {
 			return decov1.FormatBin, nil

@@ -26,10 +26,14 @@ var WorkloadKinds = []schema.GroupVersionKind{
 	{Group: "serving.knative.dev", Version: "v1", Kind: "Service"},
 }
 
+// usersPerKind is how many workloads of each kind the delete protection reads and names at most.
+const usersPerKind = 20
+
 // Protector is the validating admission handler that refuses to delete a Decofile while an
 // injected workload still references it: its pods would lose their content on the next start.
 type Protector struct {
-	// Reader lists workloads; it must read the API server (metadata-only lists are used).
+	// Reader lists workloads; it must read the API server (a workload injected a moment ago
+	// counts). The lists are metadata only, at most usersPerKind per kind.
 	Reader client.Reader
 }
 
@@ -45,37 +49,42 @@ func (p *Protector) Handle(ctx context.Context, req admission.Request) admission
 		// The whole namespace goes; holding the Decofile back would only slow that down.
 		return admission.Allowed("namespace is being deleted")
 	}
-	users, err := p.Users(ctx, req.Namespace, req.Name)
+	users, more, err := p.Users(ctx, req.Namespace, req.Name)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	if len(users) == 0 {
+	if len(users) == 0 && !more {
 		return admission.Allowed("")
 	}
+	named := strings.Join(users, ", ")
+	if more {
+		named += " and more"
+	}
 	return admission.Denied(fmt.Sprintf("Decofile %q is still injected into %s; remove the %s annotation from them (or delete them) first",
-		req.Name, strings.Join(users, ", "), decov1.AnnotationInject))
+		req.Name, named, decov1.AnnotationInject))
 }
 
 // Users lists the workloads in namespace labelled as injected with the Decofile name, as
-// kind/name, skipping workloads being deleted and kinds the cluster does not serve.
-func (p *Protector) Users(ctx context.Context, namespace, name string) ([]string, error) {
-	var users []string
+// kind/name, skipping workloads being deleted and kinds the cluster does not serve. It reads at
+// most usersPerKind of each kind; more reports that there are others.
+func (p *Protector) Users(ctx context.Context, namespace, name string) (users []string, more bool, err error) {
 	for _, gvk := range WorkloadKinds {
 		list := &metav1.PartialObjectMetadataList{}
 		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-		err := p.Reader.List(ctx, list, client.InNamespace(namespace), client.MatchingLabels{decov1.LabelDecofile: name})
+		err := p.Reader.List(ctx, list, client.InNamespace(namespace), client.MatchingLabels{decov1.LabelDecofile: name}, client.Limit(usersPerKind))
 		if meta.IsNoMatchError(err) {
 			continue // e.g. Knative is not installed
 		}
 		if err != nil {
-			return nil, fmt.Errorf("list %s in %s: %w", gvk.Kind, namespace, err)
+			return nil, false, fmt.Errorf("list %s in %s: %w", gvk.Kind, namespace, err)
 		}
 		for _, it := range list.Items {
 			if it.DeletionTimestamp == nil {
 				users = append(users, strings.ToLower(gvk.Kind)+"."+gvk.Group+"/"+it.Name)
 			}
 		}
+		more = more || list.Continue != ""
 	}
 	sort.Strings(users)
-	return users, nil
+	return users, more, nil
 }
