@@ -328,6 +328,7 @@ func SetupWithEngine(mgr ctrl.Manager, o Options) (*engine.Engine, error) {
 	}
 	if resolver.Enabled() {
 		eng.StreamHook = resolver.ConfigureStream
+		eng.StreamEndHook = resolver.EndStream
 	}
 	disc := &controller.Discovery{Client: dc}
 	recorder := mgr.GetEventRecorder("siteops-mirror")

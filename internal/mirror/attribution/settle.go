@@ -27,6 +27,29 @@ func (r *Resolver) track(target types.NamespacedName, id streamID, s *Stream) {
 	r.streams[target][id] = s
 }
 
+// EndStream lets go of the watch of target's gvr in namespace, which stopped: the stream and the
+// writer it hands ops to are no longer held for Settle. It has the shape of the mirror engine's
+// StreamEndHook.
+func (r *Resolver) EndStream(target types.NamespacedName, gvr schema.GroupVersionResource, namespace string) {
+	r.streamsMu.Lock()
+	defer r.streamsMu.Unlock()
+	delete(r.streams[target], streamID{gvr, namespace})
+	if len(r.streams[target]) == 0 {
+		delete(r.streams, target)
+	}
+}
+
+// Streams is how many watch streams are held for Settle.
+func (r *Resolver) Streams() int {
+	r.streamsMu.Lock()
+	defer r.streamsMu.Unlock()
+	n := 0
+	for _, byID := range r.streams {
+		n += len(byID)
+	}
+	return n
+}
+
 // Settle waits until every event target's watches received so far has reached the writer (its
 // author resolved, or its grace period over), at most the grace period plus a margin, so a
 // CommitRequest closes a window that holds the changes made just before it. It returns early

@@ -162,6 +162,9 @@ type Engine struct {
 	// StreamHook, when set, adjusts every watch stream's config before it starts: per-event
 	// author resolution wraps cfg.Sink and sets cfg.SubmitEvent here. uid is the GitTarget's.
 	StreamHook func(target types.NamespacedName, uid string, cfg *watch.Config)
+	// StreamEndHook, when set, is told of every watch stream that stopped (a rule or target
+	// gone, or about to restart), so what StreamHook set up for it can be let go.
+	StreamEndHook func(target types.NamespacedName, gvr schema.GroupVersionResource, namespace string)
 	// SecretCache, when set, remembers the ciphertexts of encrypted Secrets across restarts
 	// (Redis), so an unchanged Secret is not re-encrypted into a new diff.
 	SecretCache secretcrypt.Cache
@@ -192,7 +195,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for key, t := range e.targets {
-		e.stopStreams(t, slices.Collect(maps.Keys(t.streams)))
+		e.stopStreams(key, t, slices.Collect(maps.Keys(t.streams)))
 		delete(e.targets, key)
 	}
 	for k, w := range e.writers {
@@ -270,7 +273,7 @@ func (e *Engine) Apply(target types.NamespacedName, spec TargetSpec) error {
 			stale = append(stale, k)
 		}
 	}
-	e.stopStreams(t, stale)
+	e.stopStreams(target, t, stale)
 	for k, s := range want {
 		if t.streams[k] == nil {
 			e.startStream(target, t, wr, s)
@@ -295,7 +298,7 @@ func (e *Engine) removeLocked(target types.NamespacedName) {
 	if t == nil {
 		return
 	}
-	e.stopStreams(t, slices.Collect(maps.Keys(t.streams)))
+	e.stopStreams(target, t, slices.Collect(maps.Keys(t.streams)))
 	delete(e.targets, target)
 	if wr := e.writers[t.writer]; wr != nil {
 		if wr.setRef(target, false) == 0 {
@@ -402,7 +405,7 @@ func (e *Engine) restartWriter(wr *writerRun, spec WriterSpec) {
 			continue
 		}
 		rs = append(rs, restart{ref, t, slices.Collect(maps.Values(t.specs))})
-		e.stopStreams(t, slices.Collect(maps.Keys(t.streams)))
+		e.stopStreams(ref, t, slices.Collect(maps.Keys(t.streams)))
 	}
 	wr.run.stop()
 	wr.spec = spec
@@ -456,10 +459,13 @@ func (s targetSink) Enqueue(ctx context.Context, op gitwriter.Op) error {
 	return s.w.Enqueue(ctx, op)
 }
 
-func (e *Engine) stopStreams(t *targetRun, keys []streamKey) {
+func (e *Engine) stopStreams(target types.NamespacedName, t *targetRun, keys []streamKey) {
 	for _, k := range keys {
 		if r := t.streams[k]; r != nil {
 			r.stop()
+			if e.StreamEndHook != nil {
+				e.StreamEndHook(target, k.gvr, k.ns)
+			}
 		}
 		delete(t.streams, k)
 		delete(t.specs, k)
