@@ -434,12 +434,7 @@ func (r *Reconciler) watchSupersede(ctx context.Context, key client.ObjectKey, h
 			case <-runCtx.Done():
 				return
 			case <-t.C:
-				var cur decov1alpha1.Decofile
-				err := r.client.Get(runCtx, key, &cur)
-				if err != nil && !apierrors.IsNotFound(err) {
-					continue
-				}
-				if err != nil || cur.DeletionTimestamp != nil || cur.Spec.Silent || cur.Status.ContentHash != hash {
+				if r.superseded(runCtx, key, hash) {
 					cancel(errSuperseded)
 					return
 				}
@@ -447,6 +442,16 @@ func (r *Reconciler) watchSupersede(ctx context.Context, key client.ObjectKey, h
 		}
 	}()
 	return runCtx, func() { close(done); cancel(nil) }
+}
+
+// superseded reports whether the Decofile at key, as the manager's cache sees it, holds other
+// content than hash, became silent or is gone; a failed read counts as not.
+func (r *Reconciler) superseded(ctx context.Context, key client.ObjectKey, hash string) bool {
+	var cur decov1alpha1.Decofile
+	if err := r.client.Get(ctx, key, &cur); err != nil {
+		return apierrors.IsNotFound(err)
+	}
+	return cur.DeletionTimestamp != nil || cur.Spec.Silent || cur.Status.ContentHash != hash
 }
 
 // fail records PodsNotified=False with reason and message and returns the backoff before the retry.

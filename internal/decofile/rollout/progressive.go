@@ -111,8 +111,8 @@ func (r *Reconciler) progressive(ctx context.Context, df *decov1alpha1.Decofile,
 		sro.Progress = func(p notify.Progress) { r.recordProgress(ctx, run.key, id, plus(base, p)) }
 		var err error
 		if sro.Body, err = body.get(runCtx); err != nil {
-			if stopped(ctx, runCtx) {
-				return 0
+			if stopped(ctx, runCtx) || r.superseded(ctx, run.key, hash) {
+				return 0 // newer content replaced the stored one during the pause: not a failure
 			}
 			return r.fail(ctx, df, id, hash, &notify.Result{Progress: run.acc}, loadFailureReason(err), fmt.Sprintf("step %d/%d: %v", step, steps, err), startedAt.Time)
 		}
