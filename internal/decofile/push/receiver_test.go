@@ -61,6 +61,13 @@ func serve(t *testing.T, cfg push.Config) string {
 	if cfg.Secret == nil {
 		cfg.Secret = []byte(secret)
 	}
+	run(t, cfg)
+	return "http://" + l.Addr().String() + push.Path
+}
+
+// run starts a receiver of cfg until the test ends.
+func run(t *testing.T, cfg push.Config) *push.Receiver {
+	t.Helper()
 	rcv, err := push.NewReceiver(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +81,7 @@ func serve(t *testing.T, cfg push.Config) string {
 			t.Errorf("receiver: %v", err)
 		}
 	})
-	return "http://" + l.Addr().String() + push.Path
+	return rcv
 }
 
 func githubPush(repo, ref, after string) []byte {

@@ -54,20 +54,7 @@ func startReplica(t *testing.T, cl client.Client, ns string, now *clock, cfg pus
 	if cfg.ReplayWindow == 0 {
 		cfg.ReplayWindow = time.Minute
 	}
-	rcv, err := push.NewReceiver(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- rcv.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("receiver: %v", err)
-		}
-	})
-	return &replica{url: "http://" + l.Addr().String() + push.Path, rcv: rcv, rec: rec}
+	return &replica{url: "http://" + l.Addr().String() + push.Path, rcv: run(t, cfg), rec: rec}
 }
 
 // signed is a GitHub push delivery: headers and body.
