@@ -26,7 +26,7 @@ const readinessFailWindow = 40 * time.Second
 // are not durable. Redis back, they are durable again.
 func (e *env) mirrorRedisDown(t *testing.T) {
 	ctx := context.Background()
-	addr := e.redis
+	stopped := e.redis
 	must(t, e.redis.Stop(), "stop the mirror's Redis")
 	down := time.Now()
 
@@ -58,8 +58,8 @@ func (e *env) mirrorRedisDown(t *testing.T) {
 		t.Fatalf("%d manager pods running, want 2", n)
 	}
 
-	back, err := servers.StartRedis(ctx, servers.RedisOptions{Dir: e.top.TempDir(), Host: addr.Host(), Port: addr.Port(), Password: e.redisPassword})
-	must(t, err, "start the mirror's Redis again on %s", addr.Addr)
+	back, err := servers.StartRedis(ctx, servers.RedisOptions{Dir: e.top.TempDir(), Host: stopped.Host(), Port: stopped.Port(), Password: e.redisPassword})
+	must(t, err, "start the mirror's Redis again on %s", stopped.Addr)
 	e.top.Cleanup(func() { _ = back.Stop() })
 	e.redis = back
 	took := e.waitGitTarget(t, metav1.ConditionTrue, "")
