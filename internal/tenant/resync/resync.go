@@ -67,16 +67,18 @@ type Syncer struct {
 // tenants lists the managed tenants and holds, with Guard, those the round applies; release
 // lets them go.
 func (s *Syncer) tenants(ctx context.Context) (ts []Tenant, release func(), err error) {
-	var mark uint64
-	if s.Guard != nil {
-		mark = s.Guard.Mark()
+	if s.Guard == nil {
+		all, err := s.Tenants(ctx)
+		if err != nil {
+			return nil, func() {}, fmt.Errorf("list managed tenants: %w", err)
+		}
+		return all, func() {}, nil
 	}
+	mark, done := s.Guard.Mark()
 	all, err := s.Tenants(ctx)
 	if err != nil {
+		done()
 		return nil, func() {}, fmt.Errorf("list managed tenants: %w", err)
-	}
-	if s.Guard == nil {
-		return all, func() {}, nil
 	}
 	var releases []func()
 	for _, t := range all {
@@ -92,6 +94,7 @@ func (s *Syncer) tenants(ctx context.Context) (ts []Tenant, release func(), err 
 		for _, r := range releases {
 			r()
 		}
+		done()
 	}, nil
 }
 
