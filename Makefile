@@ -46,16 +46,19 @@ generate:
 ## manifests: CRDs, RBAC and webhook manifests from the code markers
 manifests:
 	$(TOOLS) controller-gen crd paths=./api/... output:crd:artifacts:config=config/crd/bases
-	$(TOOLS) controller-gen rbac:roleName=manager-role paths=./internal/... output:rbac:artifacts:config=config/rbac
-	@# The Helm chart ships the same CRDs and webhook configurations, and one ClusterRole rules
-	@# file per part, so a part that is switched off gets no permissions.
+	@# The Helm chart ships the same CRDs and webhook configurations.
 	mkdir -p charts/siteops/crds charts/siteops/files/rbac
 	rm -f charts/siteops/crds/*.yaml && cp config/crd/bases/*.yaml charts/siteops/crds/
 	cp config/webhook/manifests.yaml charts/siteops/files/webhooks.yaml
 	cp config/rbac/tenant_roles.yaml charts/siteops/files/tenant-roles.yaml
+	@# RBAC: one rules file per part, from that part's markers only, so a part that is switched
+	@# off gets no permissions. The chart renders its roles from these files, and hack/rbacgen
+	@# writes config/'s roles from the same files (config/rbac/<part>_role.yaml,
+	@# config/selfsigned/webhookcert_role.yaml).
 	for part in decofile tenant mirror webhookcert; do \
 	  $(TOOLS) controller-gen rbac:roleName=siteops-$$part paths=./internal/$$part/... output:rbac:stdout > charts/siteops/files/rbac/$$part.yaml; \
 	done
+	go run ./hack/rbacgen
 
 ## check-manifests: fail when generated code or manifests are stale
 check-manifests: generate manifests

@@ -510,8 +510,14 @@ func TestSelfSignedRBAC(t *testing.T) {
 		if slices.Contains(r.APIGroups, "") {
 			t.Errorf("cluster-wide rule %+v: Secret access of the certificate rotator belongs in the release namespace", r)
 		}
-		if !slices.Equal(r.ResourceNames, []string{inject.MutatingConfigName, inject.ValidatingConfigName, commitrequest.WebhookConfigName, ruleaccess.WebhookConfigName}) {
-			t.Errorf("rule %+v: limit it to the webhook configurations the manager patches", r)
+		want := []string{inject.ValidatingConfigName, commitrequest.WebhookConfigName, ruleaccess.WebhookConfigName}
+		if slices.Equal(r.Resources, []string{"mutatingwebhookconfigurations"}) {
+			want = []string{inject.MutatingConfigName}
+		} else if !slices.Equal(r.Resources, []string{"validatingwebhookconfigurations"}) {
+			t.Errorf("rule %+v: one rule per kind of webhook configuration, naming that kind's", r)
+		}
+		if !slices.Equal(r.ResourceNames, want) {
+			t.Errorf("rule %+v: limit it to the webhook configurations of its kind the manager patches, %v", r, want)
 		}
 	}
 	var role rbacv1.Role
