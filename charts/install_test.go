@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/siteops/siteops/internal/decofile/inject"
 	"github.com/siteops/siteops/internal/testenv"
 )
 
@@ -136,7 +137,15 @@ func attributes(r rbacv1.PolicyRule, ns string) []authorizationv1.ResourceAttrib
 				case g == "admissionregistration.k8s.io" || res == "namespaces" || strings.HasPrefix(res, "clusterwatchrules"):
 					target = ""
 				}
-				out = append(out, authorizationv1.ResourceAttributes{Namespace: target, Verb: v, Group: g, Resource: resource, Subresource: sub})
+				a := authorizationv1.ResourceAttributes{Namespace: target, Verb: v, Group: g, Resource: resource, Subresource: sub}
+				// The certificate rotator may change webhook configurations by name only.
+				switch {
+				case g == "admissionregistration.k8s.io" && res == "mutatingwebhookconfigurations":
+					a.Name = inject.MutatingConfigName
+				case g == "admissionregistration.k8s.io" && res == "validatingwebhookconfigurations":
+					a.Name = inject.ValidatingConfigName
+				}
+				out = append(out, a)
 			}
 		}
 	}
