@@ -45,7 +45,8 @@ type Config struct {
 	// PushAttempts bounds the rebuild-and-push rounds of one batch when the remote keeps
 	// moving; default 5. After that the batch stays pending and is retried later.
 	PushAttempts int
-	// RetryInterval is the first wait before retrying a failed batch; it doubles up to 1 minute.
+	// RetryInterval is the first wait before retrying a failed batch or a failed open of the
+	// remote; it doubles up to 1 minute.
 	RetryInterval time.Duration
 	// ReopenAfter bounds memory: once this many objects were pushed since the last (depth 1)
 	// fetch, the in-memory repository is dropped and fetched again; default 100000.
@@ -77,6 +78,9 @@ type Config struct {
 	// Unattributed authors the changes whose attribution found nothing (Change.Attribution is
 	// AttributionAbsent and Change.Author nil); nil leaves them to the committer.
 	Unattributed *Signature
+	// StopTimeout bounds the last push of the changes the writer holds when Run's context
+	// ends; default DefaultStopTimeout.
+	StopTimeout time.Duration
 	// Cursors records the cursors of pushed ops; nil records nothing.
 	Cursors CursorRecorder
 	// OnPushed, when set, is called with every change of each successful push.
@@ -144,6 +148,9 @@ func New(cfg Config) *Writer {
 	}
 	if cfg.RetryInterval <= 0 {
 		cfg.RetryInterval = time.Second
+	}
+	if cfg.StopTimeout <= 0 {
+		cfg.StopTimeout = DefaultStopTimeout
 	}
 	if cfg.ReopenAfter <= 0 {
 		cfg.ReopenAfter = 100000
@@ -222,24 +229,14 @@ func (w *Writer) setStatus(fn func(*Status)) {
 	}
 }
 
-// Run clones the remote and processes ops until ctx ends; pending ops get a last push attempt.
+// Run clones the remote and processes ops until ctx ends; pending ops get a last push attempt,
+// bounded by StopTimeout. While the remote cannot be opened, commands are answered with
+// ErrRemoteUnavailable.
 func (w *Writer) Run(ctx context.Context) error {
 	defer close(w.stopped)
 	log := logf.FromContext(ctx).WithValues("remote", w.remote.shown, "branch", w.cfg.Branch)
-	backoff := w.cfg.RetryInterval
-	for {
-		err := w.open(ctx)
-		if err == nil {
-			break
-		}
-		log.Error(err, "open the git remote; retrying", "in", backoff)
-		w.setStatus(func(s *Status) { s.LastError = err })
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, time.Minute)
+	if ctx.Err() != nil || !w.openRemote(ctx) {
+		return ctx.Err()
 	}
 	defer metrics.PendingWrites.DeleteLabelValues(w.name)
 
@@ -323,7 +320,9 @@ func (w *Writer) Run(ctx context.Context) error {
 				}
 				break
 			}
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			// The last push outlives ctx, bounded by StopTimeout: a remote that never answers
+			// delays the writer's stop (and a leader's handover) by no more than that.
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.StopTimeout)
 			flush(fctx)
 			cancel()
 			return nil

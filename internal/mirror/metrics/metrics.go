@@ -39,6 +39,18 @@ var (
 		Name: "siteops_mirror_cursor_writes_total",
 		Help: "Watch resume cursor writes to Redis, by result.",
 	}, []string{"result"})
+	// WritersStopping is the number of git writers stopping in the background (their last push
+	// to the remote, bounded by the engine's stop timeout).
+	WritersStopping = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "siteops_mirror_writers_stopping",
+		Help: "Git writers stopping in the background (their last push, bounded by the stop timeout).",
+	})
+	// CommandsRefused counts CommitRequests a writer answered at once because its remote could
+	// not be opened.
+	CommandsRefused = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "siteops_mirror_commands_remote_unavailable_total",
+		Help: "CommitRequests answered at once with a failure because their writer's remote could not be opened.",
+	})
 	// Replays counts full replays of a watch stream, by reason (no-cursor, expired).
 	Replays = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "siteops_mirror_replays_total",
@@ -47,5 +59,5 @@ var (
 )
 
 func init() {
-	crmetrics.Registry.MustRegister(Events, Commits, Pushes, PendingWrites, PushLatency, CursorWrites, Replays)
+	crmetrics.Registry.MustRegister(Events, Commits, Pushes, PendingWrites, PushLatency, CursorWrites, Replays, WritersStopping, CommandsRefused)
 }
