@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -41,6 +42,42 @@ type GitRemote struct {
 
 	server *http.Server
 	events pushEvents
+	fault  atomic.Pointer[GitFault]
+}
+
+// GitFault is how the remote misbehaves, for tests of what its clients do when a git host
+// fails.
+type GitFault struct {
+	// Refuse answers every request 503 Service Unavailable.
+	Refuse bool
+	// Delay holds every request this long before serving (or refusing) it.
+	Delay time.Duration
+}
+
+// SetFault makes the remote misbehave as f says from now on; nil serves normally again.
+func (r *GitRemote) SetFault(f *GitFault) { r.fault.Store(f) }
+
+// faults applies the fault set by SetFault to every request.
+func (r *GitRemote) faults(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		f := r.fault.Load()
+		if f == nil {
+			next.ServeHTTP(w, req)
+			return
+		}
+		if f.Delay > 0 {
+			select {
+			case <-time.After(f.Delay):
+			case <-req.Context().Done():
+				return
+			}
+		}
+		if f.Refuse {
+			http.Error(w, "the remote is refusing requests", http.StatusServiceUnavailable)
+			return
+		}
+		next.ServeHTTP(w, req)
+	})
 }
 
 // StartGitRemote starts the remote on a free port.
@@ -65,6 +102,7 @@ func StartGitRemote(ctx context.Context, o GitRemoteOptions) (*GitRemote, error)
 	if o.Username != "" || o.Password != "" {
 		handler = basicAuth(o.Username, o.Password, handler)
 	}
+	handler = r.faults(handler)
 	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", net.JoinHostPort(o.Host, "0"))
 	if err != nil {
 		return nil, fmt.Errorf("listen for git remote: %w", err)

@@ -38,3 +38,27 @@ func TestGitRemoteTakesLargePushes(t *testing.T) {
 		t.Fatalf("%d push events sent, last error %v; want 1", sent, lastErr)
 	}
 }
+
+// A refusing remote answers 503 to a clone and serves it again once the fault is cleared.
+func TestGitRemoteRefusesWhileFaulted(t *testing.T) {
+	remote, _ := announcingRemote(t, servers.GitRemoteOptions{})
+	url, err := remote.CreateRepo("faulty", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lsRemote := func() (string, error) {
+		out, err := exec.Command("git", "ls-remote", url).CombinedOutput()
+		return string(out), err
+	}
+	if out, err := lsRemote(); err != nil {
+		t.Fatalf("ls-remote before the fault: %v: %s", err, out)
+	}
+	remote.SetFault(&servers.GitFault{Refuse: true})
+	if out, err := lsRemote(); err == nil || !strings.Contains(out, "503") {
+		t.Fatalf("ls-remote of a refusing remote: %v: %s; want a 503", err, out)
+	}
+	remote.SetFault(nil)
+	if out, err := lsRemote(); err != nil {
+		t.Fatalf("ls-remote after the fault: %v: %s", err, out)
+	}
+}
