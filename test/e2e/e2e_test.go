@@ -1,13 +1,13 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/siteops/siteops/internal/testenv"
+	"github.com/siteops/siteops/test/internal/nodeenv"
 )
 
 // TestChartOnNode installs the chart on a real node and walks through every part, as ordered
@@ -22,15 +22,12 @@ func TestChartOnNode(t *testing.T) {
 	testenv.ImageArchive(t, "siteops-manager")
 	testenv.ImageArchive(t, "siteops-site")
 	c := testenv.APIServer(t)
-	if auditCerts == nil {
-		t.Fatal("the API server started without its audit webhook configuration (see TestMain's output)")
-	}
 	timings := &stepTimes{}
 	defer timings.log(t)
 
 	// Not a subtest: what it starts lives until the whole test ends.
 	start := time.Now()
-	e := newEnv(t, c)
+	e := &env{Env: nodeenv.New(t, c, nodeenv.Options{})}
 	timings.add("0 probe image built, node Ready, servers started", time.Since(start), true)
 	steps := []struct {
 		name string
@@ -89,22 +86,5 @@ func (s *stepTimes) log(t *testing.T) {
 	t.Logf("step times:\n%s", b.String())
 }
 
-// waitFor polls check every 100 ms until it returns nil, failing the test with the last error
-// after timeout; it returns how long it took.
-func waitFor(t *testing.T, timeout time.Duration, what string, check func(context.Context) error) time.Duration {
-	t.Helper()
-	start := time.Now()
-	deadline := start.Add(timeout)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := check(ctx)
-		cancel()
-		if err == nil {
-			return time.Since(start)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not done after %s: %v", what, timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
+// installChart is step 1: the chart with the values a platform team would set for this cluster.
+func (e *env) installChart(t *testing.T) { e.InstallChart(t, e.ChartValues()) }

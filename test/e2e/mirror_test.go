@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
+	"github.com/siteops/siteops/test/internal/nodeenv"
 )
 
 // mirrorEdit is step 7: a GitTarget on the git remote and a WatchRule for ConfigMaps; a user
@@ -22,17 +21,17 @@ import (
 // user, from the audit event the API server posted (through the relay) to a manager pod.
 func (e *env) mirrorEdit(t *testing.T) {
 	ctx := context.Background()
-	ns := e.namespace(t, "team", nil)
-	url, err := e.git.CreateRepo("clusters", "main")
-	must(t, err, "create the mirror repository")
-	bare := e.git.RepoDir("clusters")
+	ns := e.Namespace(t, "team", nil)
+	url, err := e.Git.CreateRepo("clusters", "main")
+	nodeenv.Must(t, err, "create the mirror repository")
+	bare := e.Git.RepoDir("clusters")
 	e.mirrorNS, e.mirrorRepo = ns, bare
 
 	const user = "alice"
-	u, err := e.c.Env.AddUser(envtest.User{Name: user}, nil)
-	must(t, err, "add user")
-	alice, err := client.New(u.Config(), client.Options{Scheme: e.c.Scheme})
-	must(t, err, "client of %s", user)
+	u, err := e.C.Env.AddUser(envtest.User{Name: user}, nil)
+	nodeenv.Must(t, err, "add user")
+	alice, err := client.New(u.Config(), client.Options{Scheme: e.C.Scheme})
+	nodeenv.Must(t, err, "client of %s", user)
 	for _, o := range []client.Object{
 		&rbacv1.RoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: user + "-edit"},
@@ -55,32 +54,32 @@ func (e *env) mirrorEdit(t *testing.T) {
 				Rules: []mirrorv1alpha1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}}}},
 		},
 	} {
-		must(t, e.c.Client.Create(ctx, o), "create %T %s", o, o.GetName())
+		nodeenv.Must(t, e.C.Client.Create(ctx, o), "create %T %s", o, o.GetName())
 	}
 
 	// A ConfigMap made before the watch lists is committed as the cluster's state, by the
 	// committer; one that reaches git shows the watch is running, so the next change is an event.
 	marker := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "watch-started", Namespace: ns}, Data: map[string]string{"watch": "started"}}
-	must(t, e.c.Client.Create(ctx, marker), "create the marker ConfigMap")
-	waitFor(t, 60*time.Second, "the marker ConfigMap in git", func(context.Context) error {
-		return gitFileHas(bare, "clusters/e2e/"+ns+"/core/configmaps/watch-started.yaml", "watch: started")
+	nodeenv.Must(t, e.C.Client.Create(ctx, marker), "create the marker ConfigMap")
+	nodeenv.WaitFor(t, 60*time.Second, "the marker ConfigMap in git", func(context.Context) error {
+		return nodeenv.GitFileHas(bare, "clusters/e2e/"+ns+"/core/configmaps/watch-started.yaml", "watch: started")
 	})
 
 	file := "clusters/e2e/" + ns + "/core/configmaps/settings.yaml"
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings", Namespace: ns}, Data: map[string]string{"color": "blue"}}
 	start := time.Now()
 	// The binding takes effect once the authorizer's informers have it.
-	waitFor(t, 30*time.Second, user+" creates a ConfigMap", func(ctx context.Context) error { return alice.Create(ctx, cm) })
-	waitFor(t, 60*time.Second, "the created ConfigMap in git", func(context.Context) error { return gitFileHas(bare, file, "color: blue") })
+	nodeenv.WaitFor(t, 30*time.Second, user+" creates a ConfigMap", func(ctx context.Context) error { return alice.Create(ctx, cm) })
+	nodeenv.WaitFor(t, 60*time.Second, "the created ConfigMap in git", func(context.Context) error { return nodeenv.GitFileHas(bare, file, "color: blue") })
 	created := time.Since(start)
 	cm.Data["color"] = "green"
 	start = time.Now()
-	must(t, alice.Update(ctx, cm), "%s updates the ConfigMap", user)
-	waitFor(t, 60*time.Second, "the edit in git", func(context.Context) error { return gitFileHas(bare, file, "color: green") })
+	nodeenv.Must(t, alice.Update(ctx, cm), "%s updates the ConfigMap", user)
+	nodeenv.WaitFor(t, 60*time.Second, "the edit in git", func(context.Context) error { return nodeenv.GitFileHas(bare, file, "color: green") })
 	t.Logf("the create reached git after %s, the edit after %s", created.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 
-	log, err := gitOut(bare, "log", "--format=%an <%ae> | %cn | %s", "main", "--", file)
-	must(t, err, "git log")
+	log, err := nodeenv.GitOut(bare, "log", "--format=%an <%ae> | %cn | %s", "main", "--", file)
+	nodeenv.Must(t, err, "git log")
 	ref := "v1/configmaps/" + ns + "/settings"
 	for _, want := range []string{
 		"alice <alice@users.noreply.invalid> | Mirror Bot | [CREATE] " + ref,
@@ -90,24 +89,4 @@ func (e *env) mirrorEdit(t *testing.T) {
 			t.Errorf("history of %s lacks %q:\n%s", file, want, log)
 		}
 	}
-}
-
-// gitFileHas checks that file on main of the bare repository contains want.
-func gitFileHas(bare, file, want string) error {
-	got, err := gitOut(bare, "show", "main:"+file)
-	if err != nil {
-		return err
-	}
-	if !strings.Contains(got, want) {
-		return fmt.Errorf("%s = %q, want it to contain %q", file, got, want)
-	}
-	return nil
-}
-
-func gitOut(bare string, args ...string) (string, error) {
-	out, err := exec.Command("git", append([]string{"--git-dir", bare}, args...)...).CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, out)
-	}
-	return strings.TrimSpace(string(out)), nil
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
 	"reflect"
 	"strings"
 	"sync"
@@ -16,44 +14,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/cli"
-	"github.com/siteops/siteops/internal/testenv"
 	"github.com/siteops/siteops/pkg/siteruntime"
+	"github.com/siteops/siteops/test/internal/nodeenv"
 )
-
-// sitePort is where the site runtime listens in its pods.
-const sitePort = 8000
-
-func intstrPort(p int) intstr.IntOrString { return intstr.FromInt32(int32(p)) }
-
-// siteRepo is a work tree of a repository on the git remote.
-type siteRepo struct {
-	url, dir string
-}
-
-// newSiteRepo creates repository name on the remote and clones it.
-func (e *env) newSiteRepo(t *testing.T, name string) *siteRepo {
-	t.Helper()
-	url, err := e.git.CreateRepo(name, "main")
-	must(t, err, "create repository %s", name)
-	r := &siteRepo{url: url, dir: e.top.TempDir()}
-	testenv.Git(t, r.dir, "init", "-q", "-b", "main")
-	testenv.Git(t, r.dir, "remote", "add", "origin", url)
-	return r
-}
-
-// push commits files and pushes main; it returns the commit.
-func (r *siteRepo) push(t *testing.T, msg string, files map[string]string) string {
-	t.Helper()
-	sha := testenv.CommitFiles(t, r.dir, msg, files)
-	testenv.Git(t, r.dir, "push", "-q", "origin", "HEAD:main")
-	return sha
-}
 
 // siteServesDecofile is step 2: a Decofile from the git remote and a 3-replica Deployment of the
 // site runtime annotated for injection; the kubelet mounts the ConfigMap and resolves the token's
@@ -61,9 +28,9 @@ func (r *siteRepo) push(t *testing.T, msg string, files map[string]string) strin
 func (e *env) siteServesDecofile(t *testing.T) {
 	ctx := context.Background()
 	// Opted into cache isolation now, so the valkey-acl Secret exists before the pods start.
-	e.siteNS = e.namespace(t, "sites-shop", map[string]string{decov1alpha1.AnnotationValkeyACL: "true"})
-	e.site = e.newSiteRepo(t, "shop")
-	sha := e.site.push(t, "first content", map[string]string{
+	e.siteNS = e.Namespace(t, "sites-shop", map[string]string{decov1alpha1.AnnotationValkeyACL: "true"})
+	e.site = e.NewSiteRepo(t, "shop")
+	sha := e.site.Push(t, "first content", map[string]string{
 		"blocks/site.json":       `{"__resolveType": "site", "title": "Shop, first edition"}`,
 		"blocks/pages/home.json": `{"__resolveType": "page", "path": "/"}`,
 		"README.md":              "not a block",
@@ -71,30 +38,30 @@ func (e *env) siteServesDecofile(t *testing.T) {
 	df := &decov1alpha1.Decofile{
 		ObjectMeta: metav1.ObjectMeta{Name: "shop", Namespace: e.siteNS},
 		Spec: decov1alpha1.DecofileSpec{Source: decov1alpha1.SourceGit,
-			Git:      &decov1alpha1.GitSource{URL: e.site.url, Ref: "main", Path: "blocks"},
+			Git:      &decov1alpha1.GitSource{URL: e.site.URL, Ref: "main", Path: "blocks"},
 			Interval: &metav1.Duration{Duration: 10 * time.Second}},
 	}
-	must(t, e.c.Client.Create(ctx, df), "create Decofile")
-	took := e.waitDecofile(t, "shop", sha, false)
+	nodeenv.Must(t, e.C.Client.Create(ctx, df), "create Decofile")
+	took := e.WaitDecofile(t, e.siteNS, "shop", sha, false)
 	t.Logf("Decofile Ready with commit %.7s after %s", sha, took.Round(time.Millisecond))
 
 	// Workloads created once the Secret exists start with it and are never restarted for it.
-	waitFor(t, 60*time.Second, "the valkey-acl Secret", func(ctx context.Context) error {
-		return e.c.Client.Get(ctx, client.ObjectKey{Namespace: e.siteNS, Name: decov1alpha1.ValkeyACLSecretName}, &corev1.Secret{})
+	nodeenv.WaitFor(t, 60*time.Second, "the valkey-acl Secret", func(ctx context.Context) error {
+		return e.C.Client.Get(ctx, client.ObjectKey{Namespace: e.siteNS, Name: decov1alpha1.ValkeyACLSecretName}, &corev1.Secret{})
 	})
 	start := time.Now()
-	must(t, e.c.Client.Create(ctx, siteDeployment(e.siteNS, "shop", "shop", e.siteRef, e.n.Name, 3)), "create site Deployment")
-	e.sitePods = e.readyPods(t, e.siteNS, "shop", 3)
+	nodeenv.Must(t, e.C.Client.Create(ctx, e.SiteDeployment(e.siteNS, "shop", "shop", 3)), "create site Deployment")
+	e.sitePods = e.ReadyPods(t, e.siteNS, "shop", 3)
 	t.Logf("3 site pods Ready after %s", time.Since(start).Round(time.Millisecond))
 
-	must(t, e.c.Client.Get(ctx, client.ObjectKeyFromObject(df), df), "get Decofile")
+	nodeenv.Must(t, e.C.Client.Get(ctx, client.ObjectKeyFromObject(df), df), "get Decofile")
 	for _, p := range e.sitePods {
 		checkInjected(t, &p, df.Status.ConfigMapName, decov1alpha1.KeyJSON)
-		info := podInfo(t, p.Status.PodIP)
+		info := nodeenv.PodInfo(t, p.Status.PodIP)
 		if info.ContentHash != df.Status.ContentHash {
 			t.Errorf("pod %s serves content %.12s, the Decofile's is %.12s", p.Name, info.ContentHash, df.Status.ContentHash)
 		}
-		if body := podContent(t, p.Status.PodIP); !strings.Contains(body, "Shop, first edition") || strings.Contains(body, "not a block") {
+		if body := nodeenv.PodContent(t, p.Status.PodIP); !strings.Contains(body, "Shop, first edition") || strings.Contains(body, "not a block") {
 			t.Errorf("pod %s at %s serves %.200s", p.Name, p.Status.PodIP, body)
 		}
 	}
@@ -155,7 +122,7 @@ func envFromSecret(c *corev1.Container, name string) bool {
 // restart) through the reload endpoint at their pod IPs, and `siteops decofile wait` for that
 // commit exits 0.
 func (e *env) gitEditRollsOut(t *testing.T) {
-	sha := e.site.push(t, "new title", map[string]string{
+	sha := e.site.Push(t, "new title", map[string]string{
 		"blocks/site.json": `{"__resolveType": "site", "title": "Shop, second edition"}`,
 	})
 	took := e.decofileWait(t, "shop", sha)
@@ -172,7 +139,7 @@ func (e *env) decofileWait(t *testing.T, name, sha string) time.Duration {
 	cmd.SetOut(out)
 	cmd.SetErr(out)
 	cmd.SetArgs([]string{"decofile", "wait", name, "-n", e.siteNS, "--for", "commit:" + sha[:7],
-		"--kubeconfig", e.kc, "--timeout", "90s"})
+		"--kubeconfig", e.KC, "--timeout", "90s"})
 	start := time.Now()
 	if err := cmd.ExecuteContext(context.Background()); err != nil {
 		t.Fatalf("siteops decofile wait %s --for commit:%.7s: %v (a non-zero exit)\n%s", name, sha, err, out)
@@ -186,7 +153,7 @@ func (e *env) checkRolledOut(t *testing.T, name string, pods []corev1.Pod, want 
 	t.Helper()
 	ctx := context.Background()
 	var df decov1alpha1.Decofile
-	must(t, e.c.Client.Get(ctx, client.ObjectKey{Namespace: e.siteNS, Name: name}, &df), "get Decofile")
+	nodeenv.Must(t, e.C.Client.Get(ctx, client.ObjectKey{Namespace: e.siteNS, Name: name}, &df), "get Decofile")
 	cond := meta.FindStatusCondition(df.Status.Conditions, decov1alpha1.ConditionPodsNotified)
 	if cond == nil || cond.Status != metav1.ConditionTrue {
 		t.Fatalf("PodsNotified = %+v, want True", cond)
@@ -196,15 +163,15 @@ func (e *env) checkRolledOut(t *testing.T, name string, pods []corev1.Pod, want 
 	}
 	t.Logf("PodsNotified=True (%s): %s", cond.Reason, cond.Message)
 	for _, p := range pods {
-		info := podInfo(t, p.Status.PodIP)
+		info := nodeenv.PodInfo(t, p.Status.PodIP)
 		if info.ContentHash != df.Status.ContentHash || info.Reloads == 0 || info.Source != siteruntime.SourceOperator {
 			t.Errorf("pod %s at %s: content %.12s from %q after %d reloads, the Decofile's is %.12s", p.Name, p.Status.PodIP, info.ContentHash, info.Source, info.Reloads, df.Status.ContentHash)
 		}
-		if body := podContent(t, p.Status.PodIP); !strings.Contains(body, want) {
+		if body := nodeenv.PodContent(t, p.Status.PodIP); !strings.Contains(body, want) {
 			t.Errorf("pod %s at %s serves %.200s, want %q", p.Name, p.Status.PodIP, body, want)
 		}
 		var now corev1.Pod
-		must(t, e.c.Client.Get(ctx, client.ObjectKeyFromObject(&p), &now), "get pod %s", p.Name)
+		nodeenv.Must(t, e.C.Client.Get(ctx, client.ObjectKeyFromObject(&p), &now), "get pod %s", p.Name)
 		if now.UID != p.UID || now.Status.ContainerStatuses[0].RestartCount != 0 {
 			t.Errorf("pod %s was replaced or restarted: the content must arrive by reload", p.Name)
 		}
@@ -215,46 +182,46 @@ func (e *env) checkRolledOut(t *testing.T, name string, pods []corev1.Pod, want 
 // and new pods admitted for it cold-start by decoding the mounted file.
 func (e *env) largeContent(t *testing.T) {
 	ctx := context.Background()
-	blocks := largeBlocks(2 * compressionThreshold)
+	blocks := largeBlocks(2 * nodeenv.CompressionThreshold)
 	files := map[string]string{}
 	raw := 0
 	for name, b := range blocks {
 		files["catalog/"+name+".json"] = string(b)
 		raw += len(b)
 	}
-	sha := e.site.push(t, "catalog", files)
+	sha := e.site.Push(t, "catalog", files)
 	df := &decov1alpha1.Decofile{
 		ObjectMeta: metav1.ObjectMeta{Name: "catalog", Namespace: e.siteNS},
 		Spec: decov1alpha1.DecofileSpec{Source: decov1alpha1.SourceGit,
-			Git: &decov1alpha1.GitSource{URL: e.site.url, Ref: sha, Path: "catalog"}},
+			Git: &decov1alpha1.GitSource{URL: e.site.URL, Ref: sha, Path: "catalog"}},
 	}
-	must(t, e.c.Client.Create(ctx, df), "create Decofile")
-	took := e.waitDecofile(t, "catalog", sha, false)
-	must(t, e.c.Client.Get(ctx, client.ObjectKeyFromObject(df), df), "get Decofile")
+	nodeenv.Must(t, e.C.Client.Create(ctx, df), "create Decofile")
+	took := e.WaitDecofile(t, e.siteNS, "catalog", sha, false)
+	nodeenv.Must(t, e.C.Client.Get(ctx, client.ObjectKeyFromObject(df), df), "get Decofile")
 	var cm corev1.ConfigMap
-	must(t, e.c.Client.Get(ctx, client.ObjectKey{Namespace: e.siteNS, Name: df.Status.ConfigMapName}, &cm), "get ConfigMap")
+	nodeenv.Must(t, e.C.Client.Get(ctx, client.ObjectKey{Namespace: e.siteNS, Name: df.Status.ConfigMapName}, &cm), "get ConfigMap")
 	if df.Status.Format != decov1alpha1.FormatBin || cm.Data[decov1alpha1.KeyBin] == "" || cm.Data[decov1alpha1.KeyJSON] != "" {
-		t.Fatalf("%d bytes of blocks (threshold %d): format %q, ConfigMap keys %v; want only %s", raw, compressionThreshold, df.Status.Format, keys(cm.Data), decov1alpha1.KeyBin)
+		t.Fatalf("%d bytes of blocks (threshold %d): format %q, ConfigMap keys %v; want only %s", raw, nodeenv.CompressionThreshold, df.Status.Format, keys(cm.Data), decov1alpha1.KeyBin)
 	}
 	t.Logf("%d bytes of blocks stored as %s (%d bytes) after %s", df.Status.RawBytes, decov1alpha1.KeyBin, df.Status.StoredBytes, took.Round(time.Millisecond))
 
 	start := time.Now()
-	must(t, e.c.Client.Create(ctx, siteDeployment(e.siteNS, "catalog", "catalog", e.siteRef, e.n.Name, 2)), "create Deployment")
-	pods := e.readyPods(t, e.siteNS, "catalog", 2)
+	nodeenv.Must(t, e.C.Client.Create(ctx, e.SiteDeployment(e.siteNS, "catalog", "catalog", 2)), "create Deployment")
+	pods := e.ReadyPods(t, e.siteNS, "catalog", 2)
 	t.Logf("2 pods Ready after %s", time.Since(start).Round(time.Millisecond))
 	for _, p := range pods {
 		checkInjected(t, &p, df.Status.ConfigMapName, decov1alpha1.KeyBin)
 		// The runtime logs what it loaded from DECO_RELEASE (the mounted decofile.bin) at start.
-		log, err := e.podLog(ctx, &p)
-		must(t, err, "log of pod %s", p.Name)
+		log, err := e.PodLog(ctx, &p)
+		nodeenv.Must(t, err, "log of pod %s", p.Name)
 		if want := fmt.Sprintf("content %.12s", df.Status.ContentHash); !strings.Contains(log, want) {
 			t.Errorf("pod %s did not start with the stored content (%s): %q", p.Name, want, log)
 		}
-		if info := podInfo(t, p.Status.PodIP); info.ContentHash != df.Status.ContentHash {
+		if info := nodeenv.PodInfo(t, p.Status.PodIP); info.ContentHash != df.Status.ContentHash {
 			t.Errorf("pod %s serves content %.12s from %q, want %.12s", p.Name, info.ContentHash, info.Source, df.Status.ContentHash)
 		}
 		var got map[string]json.RawMessage
-		must(t, json.Unmarshal([]byte(podContent(t, p.Status.PodIP)), &got), "pod %s content", p.Name)
+		nodeenv.Must(t, json.Unmarshal([]byte(nodeenv.PodContent(t, p.Status.PodIP)), &got), "pod %s content", p.Name)
 		for name, b := range blocks {
 			if !jsonEqual(got[name], b) {
 				t.Fatalf("pod %s: block %s differs from the committed file", p.Name, name)
@@ -301,9 +268,9 @@ func keys(m map[string]string) []string {
 // an edit still reaches the site pods.
 func (e *env) leaderFailover(t *testing.T) {
 	ctx := context.Background()
-	leader := e.leaseHolder(ctx)
+	leader := e.LeaseHolder(ctx)
 	var other string
-	for _, p := range e.managerPods(t) {
+	for _, p := range e.ManagerPods(t) {
 		if p.Name != leader {
 			other = p.Name
 		}
@@ -311,104 +278,22 @@ func (e *env) leaderFailover(t *testing.T) {
 	if leader == "" || other == "" {
 		t.Fatalf("leader %q, other replica %q", leader, other)
 	}
-	must(t, e.c.Client.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: e.release, Name: leader}}), "delete leader pod")
-	took := waitFor(t, 60*time.Second, "another replica takes the Lease", func(ctx context.Context) error {
-		if h := e.leaseHolder(ctx); h == "" || h == leader {
+	nodeenv.Must(t, e.C.Client.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: e.Release, Name: leader}}), "delete leader pod")
+	took := nodeenv.WaitFor(t, 60*time.Second, "another replica takes the Lease", func(ctx context.Context) error {
+		if h := e.LeaseHolder(ctx); h == "" || h == leader {
 			return fmt.Errorf("Lease held by %q", h)
 		}
 		return nil
 	})
-	holder := e.leaseHolder(ctx)
+	holder := e.LeaseHolder(ctx)
 	t.Logf("leader %s deleted; %s holds the Lease %s later (the other replica was %s)", leader, holder, took.Round(time.Millisecond), other)
 
-	sha := e.site.push(t, "third title", map[string]string{
+	sha := e.site.Push(t, "third title", map[string]string{
 		"blocks/site.json": `{"__resolveType": "site", "title": "Shop, third edition"}`,
 	})
 	took = e.decofileWait(t, "shop", sha)
 	t.Logf("the edit after the failover rolled out; `decofile wait` exited 0 after %s", took.Round(time.Millisecond))
 	e.checkRolledOut(t, "shop", e.sitePods, "Shop, third edition")
-}
-
-// waitDecofile waits until Decofile name is Ready with commit sha (and, with notified,
-// PodsNotified=True for it).
-func (e *env) waitDecofile(t *testing.T, name, sha string, notified bool) time.Duration {
-	t.Helper()
-	var df decov1alpha1.Decofile
-	return waitFor(t, 90*time.Second, "Decofile "+name+" Ready", func(ctx context.Context) error {
-		if err := e.c.Client.Get(ctx, client.ObjectKey{Namespace: e.siteNS, Name: name}, &df); err != nil {
-			return err
-		}
-		ready := meta.FindStatusCondition(df.Status.Conditions, decov1alpha1.ConditionReady)
-		if ready == nil || ready.Status != metav1.ConditionTrue || df.Status.GitHubCommit != sha {
-			return fmt.Errorf("commit %q, Ready %+v", df.Status.GitHubCommit, ready)
-		}
-		if notified && !meta.IsStatusConditionTrue(df.Status.Conditions, decov1alpha1.ConditionPodsNotified) {
-			return fmt.Errorf("PodsNotified not True: %+v", df.Status.Conditions)
-		}
-		return nil
-	})
-}
-
-// readyPods waits until the Deployment app has n Ready pods on the node and returns them.
-func (e *env) readyPods(t *testing.T, ns, app string, n int) []corev1.Pod {
-	t.Helper()
-	var ready []corev1.Pod
-	waitFor(t, 90*time.Second, fmt.Sprintf("%d pods of %s Ready", n, app), func(ctx context.Context) error {
-		var list corev1.PodList
-		if err := e.c.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{"app": app}); err != nil {
-			return err
-		}
-		ready = ready[:0]
-		for _, p := range list.Items {
-			if p.DeletionTimestamp == nil && p.Spec.NodeName == e.n.Name && p.Status.PodIP != "" && podReady(&p) {
-				ready = append(ready, p)
-			}
-		}
-		if len(ready) != n {
-			return fmt.Errorf("%d of %d pods Ready", len(ready), len(list.Items))
-		}
-		return nil
-	})
-	return ready
-}
-
-var httpClient = &http.Client{Timeout: 5 * time.Second}
-
-func podGet(t *testing.T, url string) []byte {
-	t.Helper()
-	resp, err := httpClient.Get(url)
-	must(t, err, "GET %s", url)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	must(t, err, "read %s", url)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s: %.200s", url, resp.Status, b)
-	}
-	return b
-}
-
-// podInfo is GET /.decofile at the pod's IP.
-func podInfo(t *testing.T, ip string) siteruntime.Info {
-	t.Helper()
-	var info siteruntime.Info
-	must(t, json.Unmarshal(podGet(t, fmt.Sprintf("http://%s/.decofile", hostPort(ip, sitePort))), &info), "decode /.decofile of %s", ip)
-	return info
-}
-
-// podContent is the Decofile the pod at ip serves.
-func podContent(t *testing.T, ip string) string {
-	t.Helper()
-	return string(podGet(t, fmt.Sprintf("http://%s/.decofile?content=true", hostPort(ip, sitePort))))
-}
-
-// podLog is the log of pod's first container, through the API server.
-func (e *env) podLog(ctx context.Context, p *corev1.Pod) (string, error) {
-	cs, err := kubernetes.NewForConfig(e.c.Config)
-	if err != nil {
-		return "", err
-	}
-	b, err := cs.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
-	return string(b), err
 }
 
 // syncBuffer is an output shared by a command's goroutines and the test.

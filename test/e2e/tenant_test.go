@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/test/internal/nodeenv"
 )
 
 // probeResult is the line test/e2e/cacheprobe prints.
@@ -33,13 +34,13 @@ type probeResult struct {
 // refused another tenant's.
 func (e *env) tenantCache(t *testing.T) {
 	ctx := context.Background()
-	rival := e.namespace(t, "sites-rival", map[string]string{decov1alpha1.AnnotationValkeyACL: "true"})
-	admin := redisClient(t, e.valkey, e.valkeyPassword)
+	rival := e.Namespace(t, "sites-rival", map[string]string{decov1alpha1.AnnotationValkeyACL: "true"})
+	admin := nodeenv.RedisClient(t, e.Valkey, e.ValkeyPassword)
 	creds := map[string]map[string][]byte{}
-	took := waitFor(t, 60*time.Second, "valkey-acl Secrets and users", func(ctx context.Context) error {
+	took := nodeenv.WaitFor(t, 60*time.Second, "valkey-acl Secrets and users", func(ctx context.Context) error {
 		for _, ns := range []string{e.siteNS, rival} {
 			var s corev1.Secret
-			if err := e.c.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: decov1alpha1.ValkeyACLSecretName}, &s); err != nil {
+			if err := e.C.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: decov1alpha1.ValkeyACLSecretName}, &s); err != nil {
 				return err
 			}
 			user := string(s.Data[decov1alpha1.ValkeyACLUsernameKey])
@@ -57,7 +58,7 @@ func (e *env) tenantCache(t *testing.T) {
 		t.Fatalf("usernames %q (namespace %s) and %q", user, e.siteNS, rivalUser)
 	}
 	rivalKey := rivalUser + ":session"
-	must(t, admin.Set(ctx, rivalKey, "the rival's data", 0).Err(), "write the rival's key")
+	nodeenv.Must(t, admin.Set(ctx, rivalKey, "the rival's data", 0).Err(), "write the rival's key")
 
 	labels := map[string]string{"app": "cacheprobe"}
 	d := &appsv1.Deployment{
@@ -69,31 +70,31 @@ func (e *env) tenantCache(t *testing.T) {
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
-					NodeSelector:                  map[string]string{corev1.LabelHostname: e.n.Name},
+					NodeSelector:                  map[string]string{corev1.LabelHostname: e.N.Name},
 					AutomountServiceAccountToken:  ptr.To(false),
 					TerminationGracePeriodSeconds: ptr.To[int64](1),
 					Containers: []corev1.Container{{
-						Name: "probe", Image: probeRef, ImagePullPolicy: corev1.PullNever,
-						Args: []string{"--addr", e.valkey.Addr, "--other-key", rivalKey},
+						Name: "probe", Image: nodeenv.ProbeRef, ImagePullPolicy: corev1.PullNever,
+						Args: []string{"--addr", e.Valkey.Addr, "--other-key", rivalKey},
 					}},
 				},
 			},
 		},
 	}
 	start := time.Now()
-	must(t, e.c.Client.Create(ctx, d), "create the probe Deployment")
+	nodeenv.Must(t, e.C.Client.Create(ctx, d), "create the probe Deployment")
 	var pod corev1.Pod
 	var r probeResult
-	waitFor(t, 60*time.Second, "the probe pod's result", func(ctx context.Context) error {
+	nodeenv.WaitFor(t, 60*time.Second, "the probe pod's result", func(ctx context.Context) error {
 		var list corev1.PodList
-		if err := e.c.Client.List(ctx, &list, client.InNamespace(e.siteNS), client.MatchingLabels(labels)); err != nil {
+		if err := e.C.Client.List(ctx, &list, client.InNamespace(e.siteNS), client.MatchingLabels(labels)); err != nil {
 			return err
 		}
 		if len(list.Items) == 0 {
 			return fmt.Errorf("no probe pod yet")
 		}
 		pod = list.Items[0]
-		log, err := e.podLog(ctx, &pod)
+		log, err := e.PodLog(ctx, &pod)
 		if err != nil {
 			return fmt.Errorf("pod %s (%s) log: %w", pod.Name, pod.Status.Phase, err)
 		}

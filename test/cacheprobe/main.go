@@ -3,7 +3,9 @@
 // LOADER_CACHE_REDIS_PASSWORD, writes and reads a key of its own, tries another tenant's key, and
 // prints one line with each answer. The end-to-end test runs it as a pod (its image has no shell
 // and no redis-cli) and reads the line from the pod's log. It then waits to be stopped, so a
-// Deployment does not restart it.
+// Deployment does not restart it. With --listen it goes on using the cache for as long as it
+// runs (through the Sentinels with --sentinels) and serves its running counts there as JSON,
+// which the soak reads.
 package main
 
 import (
@@ -39,12 +41,22 @@ type Result struct {
 func main() {
 	addr := flag.String("addr", "", "host:port of the Valkey server")
 	other := flag.String("other-key", "", "a key of another tenant")
+	listen := flag.String("listen", "", "host:port to serve the running counts on; the probe then keeps using the cache")
+	sentinels := flag.String("sentinels", "", "comma-separated Sentinel host:port addresses, instead of --addr")
+	master := flag.String("master", "mymaster", "the master's name on the Sentinels")
 	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if *listen != "" {
+		if err := loop(ctx, *listen, *addr, *sentinels, *master, *other); err != nil {
+			fmt.Fprintln(os.Stderr, "cacheprobe:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	r := run(*addr, *other)
 	b, _ := json.Marshal(r)
 	fmt.Println("cacheprobe " + string(b))
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
 	<-ctx.Done()
 }
 
