@@ -288,6 +288,22 @@ func durationOrNil(d time.Duration) *time.Duration {
 	return &d
 }
 
+// servedWebhookConfigs names the webhook configurations of the webhooks this manager serves: the
+// ones the chart creates, and the only ones its certificate rotator may patch.
+func (o Options) servedWebhookConfigs() (mutating, validating []string) {
+	if o.Enabled(PartDecofile) && !o.Decofile.DisableInjection {
+		mutating = append(mutating, inject.MutatingConfigName)
+		validating = append(validating, inject.ValidatingConfigName)
+	}
+	if o.Enabled(PartMirror) && o.Mirror.CommitRequestWebhook {
+		validating = append(validating, commitrequest.WebhookConfigName)
+	}
+	if o.Enabled(PartMirror) && o.Mirror.WatchRuleWebhook {
+		validating = append(validating, ruleaccess.WebhookConfigName)
+	}
+	return mutating, validating
+}
+
 // selfSignedCerts writes the webhook certificates before the webhook server starts (it reads
 // them on start) and adds the rotator that renews them while the manager runs.
 func selfSignedCerts(mgr ctrl.Manager, cfg *rest.Config, o Options) error {
@@ -303,13 +319,7 @@ func selfSignedCerts(mgr ctrl.Manager, cfg *rest.Config, o Options) error {
 		}
 		wo.CASecret = types.NamespacedName{Namespace: ns, Name: name}
 	}
-	if o.Enabled(PartDecofile) {
-		wo.MutatingWebhooks = []string{inject.MutatingConfigName}
-		wo.ValidatingWebhooks = []string{inject.ValidatingConfigName}
-	}
-	if o.Enabled(PartMirror) {
-		wo.ValidatingWebhooks = append(wo.ValidatingWebhooks, commitrequest.WebhookConfigName, ruleaccess.WebhookConfigName)
-	}
+	wo.MutatingWebhooks, wo.ValidatingWebhooks = o.servedWebhookConfigs()
 	r, err := webhookcert.New(c, wo)
 	if err != nil {
 		return err
