@@ -267,7 +267,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	setups := map[string]func() error{
 		PartDecofile: func() error { return decofile.Setup(mgr, o.Decofile) },
 		PartTenant:   func() error { return tenant.Setup(mgr, o.tenantWithMirrorReserved()) },
-		PartMirror:   func() error { return mirror.Setup(mgr, o.Mirror) },
+		PartMirror:   func() error { return mirror.Setup(mgr, o.mirrorOptions()) },
 	}
 	for _, part := range Parts {
 		if !o.Enabled(part) {
@@ -278,6 +278,16 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		}
 	}
 	return mgr, nil
+}
+
+// mirrorOptions are the mirror's options with its writers' stop bounded by half the leader
+// lease: a leader stepping down releases the Lease sooner than a crashed one's expires.
+func (o Options) mirrorOptions() mirror.Options {
+	m := o.Mirror
+	if m.StopTimeout == 0 && o.LeaderElect && o.LeaseDuration > 0 {
+		m.StopTimeout = o.LeaseDuration / 2
+	}
+	return m
 }
 
 // durationOrNil leaves an unset duration to controller-runtime's default.

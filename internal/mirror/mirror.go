@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/types"
@@ -90,6 +91,12 @@ type Options struct {
 	// Secrets of GitTargets writing Secrets encrypted; created when missing. Empty keeps a random
 	// key per process: after a restart every such Secret is re-encrypted once.
 	SecretHashKeySecret string
+	// StopTimeout bounds the last push of each git writer when the mirror stops (the leader
+	// steps down or the process ends); writers stop in parallel, so it bounds the mirror's
+	// shutdown too. Changes not pushed by then are replayed by the next leader from the
+	// cursors. 0 means gitwriter.DefaultStopTimeout; the manager sets half the leader lease, so
+	// a leader stepping down hands over sooner than a crashed one is taken over.
+	StopTimeout time.Duration
 
 	flags *pflag.FlagSet
 }
@@ -306,6 +313,7 @@ func SetupWithEngine(mgr ctrl.Manager, o Options) (*engine.Engine, error) {
 		return nil, err
 	}
 	eng := engine.New(dyn, cursors)
+	eng.StopTimeout = o.StopTimeout
 	if redisStore != nil {
 		eng.SecretCache = redisStore
 	}

@@ -14,11 +14,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
 	"github.com/siteops/siteops/internal/mirror/attribution"
+	"github.com/siteops/siteops/internal/mirror/fairness"
 	"github.com/siteops/siteops/internal/mirror/gitwriter"
 	"github.com/siteops/siteops/internal/mirror/store"
 )
@@ -64,12 +66,22 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=mirror.siteops.dev,resources=commitrequests,verbs=get;list;watch
 // +kubebuilder:rbac:groups=mirror.siteops.dev,resources=commitrequests/status,verbs=get;update;patch
 
+// Workers is how many CommitRequests are processed at once; one namespace holds at most
+// PerNamespace of them, so requests waiting on one tenant's unresponsive remote (each up to
+// the close timeout) never hold back another tenant's.
+const (
+	Workers      = 4
+	PerNamespace = Workers / 2
+)
+
 // SetupWithManager registers the controller; it runs on the leader, which owns the writers.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	const name = "mirror-commitrequest"
 	return ctrl.NewControllerManagedBy(mgr).
-		Named("mirror-commitrequest").
+		Named(name).
 		For(&mirrorv1alpha1.CommitRequest{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Complete(r)
+		WithOptions(controller.Options{MaxConcurrentReconciles: Workers}).
+		Complete(&fairness.Limit{Inner: r, Controller: name, PerNamespace: PerNamespace})
 }
 
 // done reports whether the request was already processed (a CommitRequest is one-shot).

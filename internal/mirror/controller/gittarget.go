@@ -24,6 +24,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -34,6 +35,7 @@ import (
 	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
 	"github.com/siteops/siteops/internal/egress"
 	"github.com/siteops/siteops/internal/mirror/engine"
+	"github.com/siteops/siteops/internal/mirror/fairness"
 	"github.com/siteops/siteops/internal/mirror/gitwriter"
 	"github.com/siteops/siteops/internal/mirror/resolve"
 	"github.com/siteops/siteops/internal/mirror/secretcrypt"
@@ -41,6 +43,14 @@ import (
 
 // DefaultCommitWindow applies when a GitTarget sets none.
 const DefaultCommitWindow = 5 * time.Second
+
+// Workers is how many GitTargets are reconciled at once; one namespace holds at most
+// PerNamespace of them, so a tenant editing its targets, providers or Secrets in a loop never
+// holds back another tenant's.
+const (
+	Workers      = 4
+	PerNamespace = Workers / 2
+)
 
 // resyncInterval re-reads credentials and discovery even without a watched change.
 const resyncInterval = 5 * time.Minute
@@ -130,14 +140,16 @@ func (r *GitTargetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Changes == nil {
 		r.Changes = make(chan event.GenericEvent, 1024)
 	}
+	const name = "mirror-gittarget"
 	return ctrl.NewControllerManagedBy(mgr).
-		Named("mirror-gittarget").
+		Named(name).
 		For(&mirrorv1alpha1.GitTarget{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&mirrorv1alpha1.GitProvider{}, handler.EnqueueRequestsFromMapFunc(r.targetsOfProvider), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&mirrorv1alpha1.WatchRule{}, handler.EnqueueRequestsFromMapFunc(ruleTarget), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&mirrorv1alpha1.ClusterWatchRule{}, handler.EnqueueRequestsFromMapFunc(ruleTarget), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesRawSource(source.Channel(r.Changes, &handler.EnqueueRequestForObject{})).
-		Complete(r)
+		WithOptions(crcontroller.Options{MaxConcurrentReconciles: Workers}).
+		Complete(&fairness.Limit{Inner: r, Controller: name, PerNamespace: PerNamespace})
 }
 
 func (r *GitTargetReconciler) targetsOfProvider(ctx context.Context, o client.Object) []reconcile.Request {

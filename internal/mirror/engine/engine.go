@@ -107,13 +107,6 @@ type streamKey struct {
 	ns  string
 }
 
-type runner struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-func (r *runner) stop() { r.cancel(); <-r.done }
-
 type targetRun struct {
 	spec    TargetSpec
 	secrets *secretcrypt.Encrypter
@@ -124,11 +117,12 @@ type targetRun struct {
 }
 
 type writerRun struct {
+	key  string
 	spec WriterSpec
 	w    *gitwriter.Writer
 	run  *runner
 	// refs are the targets using the writer. Guarded by refsMu (not Engine.mu): the writer's
-	// status callback reads it while the engine may hold Engine.mu waiting for the writer.
+	// status callback reads it from the writer's goroutine.
 	refsMu sync.Mutex
 	refs   map[types.NamespacedName]bool
 }
@@ -168,24 +162,38 @@ type Engine struct {
 	// SecretCache, when set, remembers the ciphertexts of encrypted Secrets across restarts
 	// (Redis), so an unchanged Secret is not re-encrypted into a new diff.
 	SecretCache secretcrypt.Cache
+	// StopTimeout bounds the last push of every stopping writer (gitwriter.Config.StopTimeout),
+	// and so how long the engine takes to stop once its context ends: writers stop in
+	// parallel. 0 means gitwriter.DefaultStopTimeout.
+	StopTimeout time.Duration
 
+	// mu guards the maps below; it is never held while waiting for a stream or writer to stop
+	// (see lifecycle.go), so one tenant's slow remote cannot hold another tenant's Apply.
 	mu      sync.Mutex
 	statsMu sync.Mutex
 	ctx     context.Context
 	started chan struct{}
 	targets map[types.NamespacedName]*targetRun
 	writers map[string]*writerRun
+	// gates hold, by writer key and by stream, the end of the last runner stopping there: its
+	// successor starts after it (see launch).
+	gates map[string]<-chan struct{}
+	// stopping counts the runners stopping in the background.
+	stopping sync.WaitGroup
 }
 
 // New returns an engine reading with dyn and keeping cursors in cursors (nil: no cursors).
 func New(dyn dynamic.Interface, cursors CursorStore) *Engine {
-	return &Engine{dyn: dyn, cursors: cursors, started: make(chan struct{}), targets: map[types.NamespacedName]*targetRun{}, writers: map[string]*writerRun{}}
+	return &Engine{dyn: dyn, cursors: cursors, started: make(chan struct{}), targets: map[types.NamespacedName]*targetRun{}, writers: map[string]*writerRun{},
+		gates: map[string]<-chan struct{}{}}
 }
 
 // NeedLeaderElection makes only the leader run watches and writers.
 func (e *Engine) NeedLeaderElection() bool { return true }
 
-// Start runs until ctx ends, then stops every stream and writer (writers push what they hold).
+// Start runs until ctx ends, then stops every stream and writer at once (writers push what they
+// hold, each within StopTimeout) and returns when they all stopped, or StopTimeout plus a margin
+// after ctx ended, whichever is first.
 func (e *Engine) Start(ctx context.Context) error {
 	e.mu.Lock()
 	e.ctx = ctx
@@ -193,16 +201,16 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.mu.Unlock()
 	<-ctx.Done()
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	for key, t := range e.targets {
-		e.stopStreams(key, t, slices.Collect(maps.Keys(t.streams)))
+		e.detachStreams(key, t, slices.Collect(maps.Keys(t.streams)))
 		delete(e.targets, key)
 	}
-	for k, w := range e.writers {
-		w.run.stop()
+	for k, wr := range e.writers {
+		e.retireWriter(wr, nil)
 		delete(e.writers, k)
 	}
-	return nil
+	e.mu.Unlock()
+	return e.waitStopped(logf.FromContext(ctx))
 }
 
 // ErrNotStarted says the engine is not running yet (not the leader); retry later.
@@ -224,7 +232,8 @@ func writerKey(target types.NamespacedName, s WriterSpec) string {
 	return target.Namespace + "\x00" + s.Owner + "\x00" + s.URL + "#" + s.Branch
 }
 
-// Apply makes the running streams and writer of target match spec.
+// Apply makes the running streams and writer of target match spec. Streams and writers it
+// replaces stop in the background, and their successors start once they did (see launch).
 func (e *Engine) Apply(target types.NamespacedName, spec TargetSpec) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -273,7 +282,7 @@ func (e *Engine) Apply(target types.NamespacedName, spec TargetSpec) error {
 			stale = append(stale, k)
 		}
 	}
-	e.stopStreams(target, t, stale)
+	e.detachStreams(target, t, stale)
 	for k, s := range want {
 		if t.streams[k] == nil {
 			e.startStream(target, t, wr, s)
@@ -286,7 +295,9 @@ func sameWriter(a, b WriterSpec) bool {
 	return a.Owner == b.Owner && a.URL == b.URL && a.Branch == b.Branch && a.AuthVersion == b.AuthVersion && a.Committer == b.Committer && a.Window == b.Window && a.SigningVersion == b.SigningVersion
 }
 
-// Remove stops the streams of target and releases its writer.
+// Remove stops the streams of target and releases its writer. It does not wait for them: they
+// stop in the background (a writer after its last push), and whatever replaces them starts
+// once they did.
 func (e *Engine) Remove(target types.NamespacedName) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -298,11 +309,11 @@ func (e *Engine) removeLocked(target types.NamespacedName) {
 	if t == nil {
 		return
 	}
-	e.stopStreams(target, t, slices.Collect(maps.Keys(t.streams)))
+	stopped := e.detachStreams(target, t, slices.Collect(maps.Keys(t.streams)))
 	delete(e.targets, target)
 	if wr := e.writers[t.writer]; wr != nil {
 		if wr.setRef(target, false) == 0 {
-			wr.run.stop()
+			e.retireWriter(wr, stopped)
 			delete(e.writers, t.writer)
 		}
 	}
@@ -358,94 +369,6 @@ func (e *Engine) CloseWindow(ctx context.Context, target types.NamespacedName, m
 	return w.CloseWindow(ctx, gitwriter.Command{Target: spec.UID, Path: spec.Path, Message: message, Author: author})
 }
 
-func (e *Engine) startWriter(key string, spec WriterSpec) *writerRun {
-	wr := &writerRun{spec: spec, refs: map[types.NamespacedName]bool{}}
-	e.launchWriter(wr)
-	e.writers[key] = wr
-	return wr
-}
-
-func (e *Engine) launchWriter(wr *writerRun) {
-	cfg := gitwriter.Config{URL: wr.spec.URL, Branch: wr.spec.Branch, Auth: wr.spec.Auth, Committer: wr.spec.Committer, Window: wr.spec.Window, Signer: wr.spec.Signer}
-	if e.cursors != nil {
-		cfg.Cursors = e.cursors
-	}
-	if e.WriterHook != nil {
-		e.WriterHook(&cfg)
-	}
-	wr.w = gitwriter.New(cfg)
-	wr.w.OnStatusChange(func() {
-		if e.OnTargetChange == nil {
-			return
-		}
-		for _, r := range wr.refList() {
-			e.OnTargetChange(r)
-		}
-	})
-	ctx, cancel := context.WithCancel(e.ctx)
-	ctx = logf.IntoContext(ctx, logf.FromContext(e.ctx).WithName("mirror-writer"))
-	run := &runner{cancel: cancel, done: make(chan struct{})}
-	w := wr.w
-	go func() { defer close(run.done); _ = w.Run(ctx) }()
-	wr.run = run
-}
-
-// restartWriter replaces a writer whose settings changed. Its targets' streams are stopped
-// first and restarted after, so they resume from the cursors the old writer recorded.
-func (e *Engine) restartWriter(wr *writerRun, spec WriterSpec) {
-	type restart struct {
-		target types.NamespacedName
-		t      *targetRun
-		specs  []StreamSpec
-	}
-	var rs []restart
-	for _, ref := range wr.refList() {
-		t := e.targets[ref]
-		if t == nil {
-			continue
-		}
-		rs = append(rs, restart{ref, t, slices.Collect(maps.Values(t.specs))})
-		e.stopStreams(ref, t, slices.Collect(maps.Keys(t.streams)))
-	}
-	wr.run.stop()
-	wr.spec = spec
-	e.launchWriter(wr)
-	for _, r := range rs {
-		for _, s := range r.specs {
-			e.startStream(r.target, r.t, wr, s)
-		}
-	}
-}
-
-func (e *Engine) startStream(target types.NamespacedName, t *targetRun, wr *writerRun, s StreamSpec) {
-	k := streamKey{s.GVR, s.Namespace}
-	cfg := watch.Config{
-		Client: e.dyn, GVR: s.GVR, Namespace: s.Namespace, TargetUID: t.spec.UID, BasePath: t.spec.Path,
-		IgnoreDeletes: t.spec.IgnoreDeletes, Operations: s.Operations, Sink: targetSink{w: wr.w, uid: t.spec.UID}, IgnoreCursor: t.spec.Replay,
-		OnReplay: func(reason string) {
-			e.statsMu.Lock()
-			t.replays[reason]++
-			e.statsMu.Unlock()
-		},
-	}
-	if e.cursors != nil {
-		cfg.Cursors = e.cursors
-	}
-	cfg.IgnoreFieldManagers, cfg.IgnoreUsers = s.IgnoreFieldManagers, s.IgnoreUsers
-	if t.secrets != nil {
-		cfg.Secrets = t.secrets
-	}
-	if e.StreamHook != nil {
-		e.StreamHook(target, t.spec.UID, &cfg)
-	}
-	ctx, cancel := context.WithCancel(e.ctx)
-	ctx = logf.IntoContext(ctx, logf.FromContext(e.ctx).WithName("mirror-watch").WithValues("gitTarget", target.String()))
-	run := &runner{cancel: cancel, done: make(chan struct{})}
-	st := watch.New(cfg)
-	go func() { defer close(run.done); _ = st.Run(ctx) }()
-	t.streams[k], t.specs[k] = run, s
-}
-
 // targetSink stamps every op with its GitTarget's UID on the way into the shared writer, so a
 // CommitRequest claims only its own target's changes (whatever else the stream hook wraps).
 type targetSink struct {
@@ -457,19 +380,6 @@ type targetSink struct {
 func (s targetSink) Enqueue(ctx context.Context, op gitwriter.Op) error {
 	op.Target = s.uid
 	return s.w.Enqueue(ctx, op)
-}
-
-func (e *Engine) stopStreams(target types.NamespacedName, t *targetRun, keys []streamKey) {
-	for _, k := range keys {
-		if r := t.streams[k]; r != nil {
-			r.stop()
-			if e.StreamEndHook != nil {
-				e.StreamEndHook(target, k.gvr, k.ns)
-			}
-		}
-		delete(t.streams, k)
-		delete(t.specs, k)
-	}
 }
 
 // String describes the engine for logs.
