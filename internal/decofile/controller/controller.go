@@ -249,6 +249,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.read(ctx, req.NamespacedName, &df); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.written.Delete(req.NamespacedName)
+			r.rejected.Delete(req.NamespacedName)
 			rawBytes.DeleteLabelValues(req.Namespace, req.Name)
 			storedBytes.DeleteLabelValues(req.Namespace, req.Name)
 			return ctrl.Result{}, nil
