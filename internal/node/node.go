@@ -76,11 +76,12 @@ type Node struct {
 	// Dir is the state folder, holding containerd.log and kubelet.log.
 	Dir string
 
-	binDir     string
-	net        network
-	cgroupRoot string
-	client     client.Client
-	forwarder  *forwarder
+	readyTimeout time.Duration
+	binDir       string
+	net          network
+	cgroupRoot   string
+	client       client.Client
+	forwarder    *forwarder
 
 	mu      sync.Mutex
 	holder  *exec.Cmd
@@ -133,7 +134,7 @@ func Start(ctx context.Context, o Options) (_ *Node, err error) {
 		return nil, err
 	}
 	n := &Node{Name: o.Name, IP: netw.HostIP, PodCIDR: netw.PodCIDR, Netns: netw.Netns, NetnsIP: netw.NodeIP,
-		Dir: dir, binDir: o.BinDir, net: netw,
+		Dir: dir, readyTimeout: o.ReadyTimeout, binDir: o.BinDir, net: netw,
 		cgroupRoot: "/" + netw.Netns, client: c, done: make(chan struct{})}
 	if n.Name == "" {
 		n.Name = netw.Netns
@@ -274,7 +275,8 @@ func (n *Node) writeConfig(o Options, nsKubeConfig []byte) error {
 // lays the tmpfs and the kernel tunables' files over the machine's, starts containerd in the
 // node's network namespace (fd 3) with kube-proxy and CoreDNS, then kubelet once
 // start-kubelet exists. When any of them exits it exits, and the kernel ends every process of
-// the namespace with it.
+// the namespace with it; but a kubelet that exits while restart-kubelet exists (RestartKubelet)
+// is started again.
 const holderScript = `set -eu
 mount -t tmpfs -o mode=0755 siteops-node /run
 mount -t tmpfs -o mode=0755 siteops-node /var/lib
@@ -287,11 +289,19 @@ nsenter --net=/proc/self/fd/3 -- containerd --config "$NODE_DIR/containerd.toml"
 nsenter --net=/proc/self/fd/3 -- kube-proxy --config="$NODE_DIR/kube-proxy.yaml" --v=2 >>"$NODE_DIR/kube-proxy.log" 2>&1 &
 nsenter --net=/proc/self/fd/3 -- coredns -conf "$NODE_DIR/Corefile" >>"$NODE_DIR/coredns.log" 2>&1 &
 exec 3<&-
+start_kubelet() {
+  kubelet --config="$NODE_DIR/kubelet.yaml" --kubeconfig="$NODE_DIR/kubeconfig" \
+    --hostname-override="$NODE_NAME" --node-ip="$NODE_IP" --v=2 >>"$NODE_DIR/kubelet.log" 2>&1 &
+  kubelet_pid=$!
+}
 while [ ! -e "$NODE_DIR/start-kubelet" ]; do sleep 0.1; done
-kubelet --config="$NODE_DIR/kubelet.yaml" --kubeconfig="$NODE_DIR/kubeconfig" \
-  --hostname-override="$NODE_NAME" --node-ip="$NODE_IP" --v=2 >>"$NODE_DIR/kubelet.log" 2>&1 &
-wait -n
-echo "siteops node: a component exited ($?); stopping the node" >&2
+start_kubelet
+while wait -n -p exited; status=$?; [ "${exited:-}" = "$kubelet_pid" ] && [ -e "$NODE_DIR/restart-kubelet" ]; do
+  rm -f "$NODE_DIR/restart-kubelet"
+  echo "siteops node: kubelet exited ($status) to restart; starting it again" >&2
+  start_kubelet
+done
+echo "siteops node: a component exited ($status); stopping the node" >&2
 `
 
 func (n *Node) startHolder() error {
