@@ -14,7 +14,7 @@ BIN := bin
 TEST_PARALLEL ?= 2
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build image install node-tools e2e test test-tools test-deps unit lint vet generate manifests check-manifests bench demo clean
+.PHONY: all build image install node-tools e2e test test-tools test-deps unit lint vet generate manifests check-manifests bench demo soak clean
 
 all: build
 
@@ -87,6 +87,13 @@ test: test-deps test-tools node-tools image check-manifests vet
 ## e2e: only the real-node end-to-end tests (the chart on a node, `dev up --node`), verbose
 e2e: test-deps test-tools node-tools image
 	go test -count=1 -timeout 20m -run 'TestChartOnNode|TestDevUpNode' -v ./test/e2e/ ./cmd/siteops/
+
+## soak: the chaos soak on a real node for SOAK_DURATION (default 60m), 20 tenants, a fault every 50 s; the report goes to .siteops/soak/<seed>/report.json
+SOAK_DURATION ?= 60m
+SOAK_SEED ?= $(shell date +%s)
+soak: test-deps test-tools node-tools image
+	go test -count=1 -timeout 180m -run TestSoak -v ./test/soak/ -args -soak.duration=$(SOAK_DURATION) -soak.seed=$(SOAK_SEED) \
+	  -soak.tenants=20 -soak.fault-gap=50s -soak.outage=30s -soak.report=$(CURDIR)/.siteops/soak/$(SOAK_SEED)
 
 ## unit: tests that need no server (short mode)
 unit:

@@ -1,0 +1,263 @@
+package soak
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/siteops/siteops/internal/servers"
+)
+
+// recoveryTimeout bounds each recovery; one that takes longer is reported as not recovered.
+const recoveryTimeout = 3 * time.Minute
+
+// inject causes fault f, ends it where it has an end, and measures the recoveries it is judged
+// by, from the moment the fault ended.
+func (s *soak) inject(t *testing.T, f Fault) FaultResult {
+	res := FaultResult{Fault: f, At: time.Since(s.start), Recovery: map[string]time.Duration{}}
+	var err error
+	switch f {
+	case FaultLeaderKill, FaultFollowerKill:
+		err = s.killManager(t, f == FaultLeaderKill, res.Recovery)
+	case FaultValkeyMasterKill:
+		err = s.killValkeyMaster(t)
+	case FaultValkeyReplicaRestart:
+		err = s.restartValkeyReplica(t)
+	case FaultMirrorRedisRestart:
+		err = s.restartMirrorRedis(t)
+	case FaultAPIServerRestart:
+		ctx, cancel := context.WithTimeout(context.Background(), recoveryTimeout)
+		err = s.C.KillAndRestart(ctx)
+		cancel()
+	case FaultKubeletRestart:
+		ctx, cancel := context.WithTimeout(context.Background(), recoveryTimeout)
+		err = s.N.RestartKubelet(ctx)
+		cancel()
+	case FaultGitRefuse, FaultGitSlow:
+		fault := &servers.GitFault{Refuse: f == FaultGitRefuse}
+		if !fault.Refuse {
+			fault.Delay = 2 * time.Second
+		}
+		s.Git.SetFault(fault)
+		time.Sleep(*flagOutage)
+		s.Git.SetFault(nil)
+	default:
+		err = fmt.Errorf("no injector for %s", f)
+	}
+	if err != nil {
+		res.Error = err.Error()
+		return res
+	}
+	ended := time.Now()
+	measure := func(name string, check func(ctx context.Context) error) {
+		if err := s.retry(recoveryTimeout, check); err != nil {
+			res.Error = strings.TrimPrefix(res.Error+"; ", "; ") + name + ": " + err.Error()
+			return
+		}
+		res.Recovery[name] = time.Since(ended)
+	}
+	switch f {
+	case FaultValkeyMasterKill, FaultValkeyReplicaRestart:
+		measure("all users on all nodes", s.usersOnAllNodes)
+	case FaultMirrorRedisRestart:
+		measure("cursors durable", s.cursorsDurable)
+	}
+	// Every fault is also judged by the next rollout and the next mirror commit after it.
+	idx, tn := s.canaryPush(t)
+	if idx >= 0 {
+		measure("next rollout", func(ctx context.Context) error { return s.rolledOutSince(ctx, tn, idx) })
+	}
+	if took := s.mirrorCanary(t, recoveryTimeout); took >= 0 {
+		res.Recovery["next mirror commit"] = time.Since(ended)
+	}
+	return res
+}
+
+// killManager force-deletes the leader's pod (or the other replica's) with no grace, as a
+// kill -9 would; for the leader, it measures the handover.
+func (s *soak) killManager(t *testing.T, leader bool, rec map[string]time.Duration) error {
+	ctx := context.Background()
+	holder := s.LeaseHolder(ctx)
+	victim := ""
+	for _, p := range s.ManagerPods(t) {
+		if (p.Name == holder) == leader {
+			victim = p.Name
+		}
+	}
+	if victim == "" {
+		return fmt.Errorf("no manager pod to kill (leader %q)", holder)
+	}
+	start := time.Now()
+	if err := s.C.Client.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: s.Release, Name: victim}},
+		client.GracePeriodSeconds(0)); err != nil {
+		return fmt.Errorf("delete manager pod %s: %w", victim, err)
+	}
+	if leader {
+		if err := s.retry(recoveryTimeout, func(ctx context.Context) error {
+			if h := s.LeaseHolder(ctx); h == "" || h == victim {
+				return fmt.Errorf("Lease held by %q", h)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		rec["lease taken over"] = time.Since(start)
+	}
+	return nil
+}
+
+// killValkeyMaster kills the current Valkey master; once the Sentinels promoted the replica,
+// the old master starts again on its address and the Sentinels make it a replica.
+func (s *soak) killValkeyMaster(t *testing.T) error {
+	i, err := s.valkeyRole(redisMaster)
+	if err != nil {
+		return err
+	}
+	old := s.valkeyNodes[i]
+	if err := old.Kill(); err != nil {
+		return fmt.Errorf("kill the Valkey master %s: %w", old.Addr, err)
+	}
+	if err := s.retry(recoveryTimeout, func(ctx context.Context) error {
+		addr, err := s.sentinelMaster(ctx)
+		if err != nil {
+			return err
+		}
+		if addr == old.Addr {
+			return fmt.Errorf("the Sentinels still name %s", addr)
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("failover: %w", err)
+	}
+	return s.startValkeyNode(t, i)
+}
+
+// restartValkeyReplica stops the current replica and starts it again.
+func (s *soak) restartValkeyReplica(t *testing.T) error {
+	i, err := s.valkeyRole(redisReplica)
+	if err != nil {
+		return err
+	}
+	if err := s.valkeyNodes[i].Stop(); err != nil {
+		return fmt.Errorf("stop the Valkey replica %s: %w", s.valkeyNodes[i].Addr, err)
+	}
+	return s.startValkeyNode(t, i)
+}
+
+// startValkeyNode starts Valkey node i again on its address and with its data; the Sentinels
+// point it at the current master.
+func (s *soak) startValkeyNode(t *testing.T, i int) error {
+	old := s.valkeyNodes[i]
+	p, err := servers.StartRedis(context.Background(), servers.RedisOptions{Dir: t.TempDir(), Host: old.Host(), Port: old.Port(), Password: s.ValkeyPassword})
+	if err != nil {
+		return fmt.Errorf("start Valkey %s again: %w", old.Addr, err)
+	}
+	t.Cleanup(func() { _ = p.Stop() })
+	s.valkeyNodes[i] = p
+	return nil
+}
+
+// restartMirrorRedis stops the mirror's Redis for the outage time and starts it again on its
+// address, empty.
+func (s *soak) restartMirrorRedis(t *testing.T) error {
+	old := s.Redis
+	if err := old.Stop(); err != nil {
+		return fmt.Errorf("stop the mirror's Redis: %w", err)
+	}
+	time.Sleep(*flagOutage)
+	p, err := servers.StartRedis(context.Background(), servers.RedisOptions{Dir: t.TempDir(), Host: old.Host(), Port: old.Port(), Password: s.RedisPassword})
+	if err != nil {
+		return fmt.Errorf("start the mirror's Redis again: %w", err)
+	}
+	t.Cleanup(func() { _ = p.Stop() })
+	s.Redis = p
+	return nil
+}
+
+// The replication roles ROLE answers.
+const (
+	redisMaster  = "master"
+	redisReplica = "slave"
+)
+
+// valkeyRole is the index of the Valkey node now in role.
+func (s *soak) valkeyRole(role string) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i, p := range s.valkeyNodes {
+		c := redis.NewClient(&redis.Options{Addr: p.Addr, Password: s.ValkeyPassword, MaxRetries: -1})
+		r, err := c.Do(ctx, "ROLE").Slice()
+		_ = c.Close()
+		if err == nil && len(r) > 0 && r[0] == role {
+			return i, nil
+		}
+	}
+	return -1, fmt.Errorf("no Valkey node is %s now", role)
+}
+
+// sentinelMaster is the master address the first Sentinel that answers names.
+func (s *soak) sentinelMaster(ctx context.Context) (string, error) {
+	var errs []error
+	for _, addr := range s.ValkeySet.SentinelAddrs() {
+		c := redis.NewSentinelClient(&redis.Options{Addr: addr, MaxRetries: -1})
+		hp, err := c.GetMasterAddrByName(ctx, s.ValkeySet.MasterName).Result()
+		_ = c.Close()
+		if err == nil && len(hp) == 2 {
+			return hp[0] + ":" + hp[1], nil
+		}
+		errs = append(errs, err)
+	}
+	return "", errors.Join(errs...)
+}
+
+// usersOnAllNodes reports nil when every tenant's user exists on every Valkey node.
+func (s *soak) usersOnAllNodes(ctx context.Context) error {
+	for _, p := range s.valkeyNodes {
+		c := redis.NewClient(&redis.Options{Addr: p.Addr, Password: s.ValkeyPassword, MaxRetries: -1})
+		for _, tn := range s.tenants {
+			if err := c.Do(ctx, "ACL", "GETUSER", tn.user).Err(); err != nil {
+				_ = c.Close()
+				return fmt.Errorf("user %s on %s: %w", tn.user, p.Addr, err)
+			}
+		}
+		_ = c.Close()
+	}
+	return nil
+}
+
+// canaryPush pushes a new edition of a tenant chosen by the run's random source, retrying
+// while the remote still refuses; it returns the push's index and the tenant.
+func (s *soak) canaryPush(t *testing.T) (int, *tenant) {
+	tn := s.tenants[s.intN(len(s.tenants))]
+	idx := -1
+	err := s.retry(recoveryTimeout, func(context.Context) error {
+		var err error
+		idx, err = tn.push()
+		return err
+	})
+	if err != nil {
+		t.Errorf("canary push to %s: %v", tn.name, err)
+	}
+	return idx, tn
+}
+
+// rolledOutSince reports nil once the tenant's Decofile is Ready at push idx or a later one,
+// with every pod notified.
+func (s *soak) rolledOutSince(ctx context.Context, tn *tenant, idx int) error {
+	sha, err := s.decofileCommit(ctx, tn, true)
+	if err != nil {
+		return err
+	}
+	if at := tn.pushedIndex(sha); at < idx {
+		return fmt.Errorf("%s is at push %d (%.7s), want %d or later", tn.name, at, sha, idx)
+	}
+	return nil
+}

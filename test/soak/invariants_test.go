@@ -1,0 +1,261 @@
+package soak
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/test/internal/nodeenv"
+)
+
+// settleTimeout is how long the end state may take to settle once load has stopped.
+const settleTimeout = 3 * time.Minute
+
+// stableAfter is the shortest run whose memory and goroutine figures are held to the 20 % rule;
+// shorter runs report them.
+const stableAfter = 20 * time.Minute
+
+// probeCounts is what a cache probe pod serves (test/cacheprobe's Counts).
+type probeCounts struct {
+	User             string `json:"user"`
+	OwnOK            int64  `json:"ownOK"`
+	OwnFailed        int64  `json:"ownFailed"`
+	LockoutMaxMillis int64  `json:"lockoutMaxMillis"`
+	OtherRefused     int64  `json:"otherRefused"`
+	OtherRead        int64  `json:"otherRead"`
+	LastError        string `json:"lastError"`
+}
+
+var httpClient = &http.Client{Timeout: 5 * time.Second}
+
+// probes reads every tenant's cache probe.
+func (s *soak) probes(ctx context.Context) (map[string]probeCounts, error) {
+	out := map[string]probeCounts{}
+	for _, tn := range s.tenants {
+		pods, err := s.ReadyPodsNow(ctx, tn.ns, "cacheprobe")
+		if err != nil {
+			return nil, err
+		}
+		if len(pods) != 1 {
+			return nil, fmt.Errorf("%s: %d Ready cache probe pods", tn.name, len(pods))
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+nodeenv.HostPort(pods[0].Status.PodIP, probePort), nil)
+		resp, err := httpClient.Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("%s's probe: %w", tn.name, err)
+		}
+		var c probeCounts
+		err = json.NewDecoder(resp.Body).Decode(&c)
+		_ = resp.Body.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s's probe: %w", tn.name, err)
+		}
+		out[tn.name] = c
+	}
+	return out, nil
+}
+
+// loadCounts sums what was sent.
+func (s *soak) loadCounts(t *testing.T) Load {
+	var l Load
+	for _, tn := range s.tenants {
+		tn.mu.Lock()
+		l.Pushes += len(tn.pushed)
+		l.PushesRefused += tn.pushFailures
+		tn.mu.Unlock()
+	}
+	l.MirrorEdits, l.MirrorRefused = s.mirror.edits.Load(), s.mirror.refused.Load()
+	probes, err := s.probes(context.Background())
+	if err != nil {
+		t.Errorf("read the cache probes: %v", err)
+	}
+	for _, p := range probes {
+		l.CacheRounds += p.OwnOK + p.OwnFailed
+		l.CacheFailed += p.OwnFailed
+		l.CacheLockoutMax = max(l.CacheLockoutMax, time.Duration(p.LockoutMaxMillis)*time.Millisecond)
+	}
+	return l
+}
+
+// sampleLeader reads the leader manager's live heap and goroutines from its metrics endpoint,
+// retrying while a leader is being elected; a run whose sample failed reports it.
+func (s *soak) sampleLeader(t *testing.T) (ManagerSample, bool) {
+	var sample ManagerSample
+	err := s.retry(time.Minute, func(ctx context.Context) error {
+		var err error
+		sample, err = s.readLeaderMetrics(ctx)
+		return err
+	})
+	if err != nil {
+		t.Logf("no sample of the leader's memory: %v", err)
+		return sample, false
+	}
+	return sample, true
+}
+
+func (s *soak) readLeaderMetrics(ctx context.Context) (ManagerSample, error) {
+	sample := ManagerSample{At: time.Since(s.start), Pod: s.LeaseHolder(ctx)}
+	var pod corev1.Pod
+	if err := s.C.Client.Get(ctx, client.ObjectKey{Namespace: s.Release, Name: sample.Pod}, &pod); err != nil {
+		return sample, fmt.Errorf("leader pod %q: %w", sample.Pod, err)
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+nodeenv.HostPort(pod.Status.PodIP, nodeenv.MetricsPort)+"/metrics", nil)
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return sample, fmt.Errorf("metrics of %s: %w", pod.Name, err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case "go_memstats_heap_inuse_bytes":
+			sample.HeapBytes = v
+		case "go_goroutines":
+			sample.Goroutines = v
+		}
+	}
+	if sample.HeapBytes == 0 || sample.Goroutines == 0 {
+		return sample, fmt.Errorf("metrics of %s lack the Go runtime's heap or goroutines", pod.Name)
+	}
+	return sample, sc.Err()
+}
+
+// checkInvariants waits for the end state to settle and checks every invariant.
+func (s *soak) checkInvariants(t *testing.T, r *Report) []Invariant {
+	var out []Invariant
+	check := func(name string, err error) {
+		inv := Invariant{Name: name, Held: err == nil}
+		if err != nil {
+			inv.Detail = err.Error()
+		}
+		out = append(out, inv)
+	}
+	check("every Decofile Ready at its last push, every pod notified", s.retry(settleTimeout, func(ctx context.Context) error {
+		for _, tn := range s.tenants {
+			sha, err := s.decofileCommit(ctx, tn, true)
+			if err != nil {
+				return err
+			}
+			if last, _ := tn.last(); sha != last {
+				return fmt.Errorf("%s at %.7s (push %d), last push %.7s", tn.name, sha, tn.pushedIndex(sha), last)
+			}
+		}
+		return nil
+	}))
+	check("every site pod serves its tenant's last content and no other tenant's", s.retry(settleTimeout, s.podsServeLastContent))
+	check("the mirror's tree equals the cluster", s.retry(settleTimeout, s.mirrorMatchesCluster))
+	authors, err := s.checkAuthors()
+	if err == nil && authors.Wrong > 0 {
+		err = fmt.Errorf("%d commits under a wrong author: %s", authors.Wrong, strings.Join(authors.WrongExamples, "; "))
+	}
+	check("no change committed under a wrong author", err)
+	if err == nil {
+		out[len(out)-1].Detail = fmt.Sprintf("%d commits attributed to their user, %d to the committer", authors.Attributed, authors.ByCommitter)
+	}
+	check("every tenant user on every Valkey node", s.retry(settleTimeout, s.usersOnAllNodes))
+	probes, err := s.probes(context.Background())
+	if err == nil {
+		for name, p := range probes {
+			if p.OtherRead > 0 {
+				err = fmt.Errorf("%s's probe read another tenant's key %d times", name, p.OtherRead)
+			}
+			if p.OtherRefused == 0 {
+				err = fmt.Errorf("%s's probe was never refused another tenant's key: the probe did not run", name)
+			}
+		}
+	}
+	check("no tenant ever read another tenant's key", err)
+	var unrecovered []string
+	for _, f := range r.Faults {
+		if f.Error != "" {
+			unrecovered = append(unrecovered, fmt.Sprintf("%s at %s: %s", f.Fault, f.At.Round(time.Second), f.Error))
+		}
+	}
+	err = nil
+	if len(unrecovered) > 0 {
+		err = fmt.Errorf("%s", strings.Join(unrecovered, "; "))
+	}
+	check("every fault recovered", err)
+	out = append(out, memoryStable(r))
+	return out
+}
+
+// podsServeLastContent reports nil when every Ready site pod serves its Decofile's content
+// hash, which says the tenant's last title and names no other tenant.
+func (s *soak) podsServeLastContent(ctx context.Context) error {
+	for _, tn := range s.tenants {
+		var df decov1alpha1.Decofile
+		if err := s.C.Client.Get(ctx, client.ObjectKey{Namespace: tn.ns, Name: "site"}, &df); err != nil {
+			return err
+		}
+		pods, err := s.ReadyPodsNow(ctx, tn.ns, "site")
+		if err != nil {
+			return err
+		}
+		if len(pods) != 2 {
+			return fmt.Errorf("%s: %d site pods Ready, want 2", tn.name, len(pods))
+		}
+		_, title := tn.last()
+		for _, p := range pods {
+			info, err := nodeenv.FetchPodInfo(ctx, p.Status.PodIP)
+			if err != nil {
+				return err
+			}
+			if info.ContentHash != df.Status.ContentHash {
+				return fmt.Errorf("%s pod %s serves %.12s, the Decofile's is %.12s", tn.name, p.Name, info.ContentHash, df.Status.ContentHash)
+			}
+			body, err := nodeenv.FetchPodContent(ctx, p.Status.PodIP)
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(body, title) {
+				return fmt.Errorf("%s pod %s serves %.120s, want %q", tn.name, p.Name, body, title)
+			}
+			for _, other := range s.tenants {
+				if other != tn && strings.Contains(body, other.name+" ") {
+					return fmt.Errorf("%s pod %s serves content of %s", tn.name, p.Name, other.name)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// memoryStable holds the leader's live heap and goroutines at the end to within 20 % of the
+// reference point, for runs long enough to say so.
+func memoryStable(r *Report) Invariant {
+	inv := Invariant{Name: "manager memory and goroutines stable", Held: true}
+	if len(r.Manager) != 2 {
+		inv.Held, inv.Detail = false, fmt.Sprintf("%d samples of the leader, want 2", len(r.Manager))
+		return inv
+	}
+	ref, end := r.Manager[0], r.Manager[1]
+	inv.Detail = fmt.Sprintf("heap %.1f → %.1f MiB, goroutines %.0f → %.0f", ref.HeapBytes/(1<<20), end.HeapBytes/(1<<20), ref.Goroutines, end.Goroutines)
+	if r.Duration < stableAfter {
+		inv.Detail += fmt.Sprintf(" (reported only: runs under %s)", stableAfter)
+		return inv
+	}
+	if end.HeapBytes > 1.2*ref.HeapBytes || end.Goroutines > 1.2*ref.Goroutines {
+		inv.Held = false
+	}
+	return inv
+}

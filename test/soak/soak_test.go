@@ -1,0 +1,187 @@
+package soak
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/internal/servers"
+	"github.com/siteops/siteops/internal/testenv"
+	"github.com/siteops/siteops/test/internal/nodeenv"
+)
+
+// soak is the run's state: the node environment, the load's objects, and the report.
+type soak struct {
+	*nodeenv.Env
+	start   time.Time
+	tenants []*tenant
+	mirror  *mirrorLoad
+	// valkeyNodes are the tenant part's Valkey master and replica, by address: a node that is
+	// restarted keeps its place.
+	valkeyNodes []*servers.Process
+
+	rngMu sync.Mutex
+	rng   *rand.Rand
+}
+
+// intN draws from the run's seeded random source.
+func (s *soak) intN(n int) int {
+	s.rngMu.Lock()
+	defer s.rngMu.Unlock()
+	return s.rng.IntN(n)
+}
+
+// TestSoak runs mixed tenant load on the chart, installed on a real node with two manager
+// replicas, while faults are injected on a seeded schedule, and checks the invariants while it
+// runs and at its end. The report is logged as a table and written as report.json.
+func TestSoak(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the chart on a real node under load and faults")
+	}
+	testenv.RequireNode(t)
+	testenv.ImageArchive(t, "siteops-manager")
+	testenv.ImageArchive(t, "siteops-site")
+	plan, err := Plan(*flagSeed, *flagDuration, *flagGap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("seed %d: %d faults over %s (replay with -soak.seed=%d -soak.duration=%s -soak.fault-gap=%s)",
+		*flagSeed, len(plan), *flagDuration, *flagSeed, *flagDuration, *flagGap)
+	c := testenv.APIServer(t)
+	s := &soak{Env: nodeenv.New(t, c, nodeenv.Options{ValkeySentinels: true}), rng: rand.New(rand.NewPCG(*flagSeed, 1))}
+	s.valkeyNodes = append([]*servers.Process{s.ValkeySet.Master}, s.ValkeySet.Replicas...)
+	s.InstallChart(t, s.ChartValues())
+	s.setupTenants(t, *flagTenants)
+	s.setupMirror(t)
+
+	report := &Report{Seed: *flagSeed, Duration: *flagDuration, Tenants: len(s.tenants)}
+	ctx, stopLoad := context.WithCancel(context.Background())
+	var load sync.WaitGroup
+	s.start = time.Now()
+	load.Go(func() { s.pushLoop(ctx) })
+	for _, user := range mirrorUsers {
+		load.Go(func() { s.editLoop(ctx, user) })
+	}
+	// The reference for memory and goroutines: minute 10 of an hour, the same share of a
+	// shorter run.
+	var reference ManagerSample
+	var referenceOK bool
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		time.Sleep(*flagDuration / 6)
+		reference, referenceOK = s.sampleLeader(t)
+	}()
+	for _, ev := range plan {
+		if wait := time.Until(s.start.Add(ev.At)); wait > 0 {
+			time.Sleep(wait)
+		}
+		res := s.inject(t, ev.Fault)
+		t.Logf("%s %s: recovered %v %s", res.At.Round(time.Second), res.Fault, res.Recovery, res.Error)
+		report.Faults = append(report.Faults, res)
+	}
+	if wait := time.Until(s.start.Add(*flagDuration)); wait > 0 {
+		time.Sleep(wait)
+	}
+	stopLoad()
+	load.Wait()
+	<-sampled
+	report.Load = s.loadCounts(t)
+	if end, ok := s.sampleLeader(t); ok && referenceOK {
+		report.Manager = []ManagerSample{reference, end}
+	}
+	report.Invariants = s.checkInvariants(t, report)
+
+	var table strings.Builder
+	report.Table(&table)
+	t.Logf("report:\n%s", table.String())
+	dir := *flagReport
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	path, err := report.Write(dir)
+	if err != nil {
+		t.Errorf("write the report: %v", err)
+	} else {
+		t.Logf("report written to %s", path)
+	}
+	for _, f := range report.Failed() {
+		t.Errorf("invariant %q did not hold: %s", f.Name, f.Detail)
+	}
+}
+
+// pushLoop pushes a new edition to a random tenant every second until ctx ends.
+func (s *soak) pushLoop(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		_, _ = s.tenants[s.intN(len(s.tenants))].push()
+	}
+}
+
+// editLoop makes one of user's changes every 700 ms until ctx ends.
+func (s *soak) editLoop(ctx context.Context, user string) {
+	s.rngMu.Lock()
+	rng := rand.New(rand.NewPCG(s.rng.Uint64(), s.rng.Uint64()))
+	s.rngMu.Unlock()
+	tick := time.NewTicker(700 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		s.mirror.userEdit(ectx, rng, user)
+		cancel()
+	}
+}
+
+// retry runs check every 200 ms until it returns nil or timeout passes; it returns the last
+// error then.
+func (s *soak) retry(timeout time.Duration, check func(context.Context) error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := check(ctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// decofileCommit is the commit the tenant's Decofile is Ready at (with notified, also with
+// every pod notified of it).
+func (s *soak) decofileCommit(ctx context.Context, tn *tenant, notified bool) (string, error) {
+	var df decov1alpha1.Decofile
+	if err := s.C.Client.Get(ctx, client.ObjectKey{Namespace: tn.ns, Name: "site"}, &df); err != nil {
+		return "", err
+	}
+	if ready := meta.FindStatusCondition(df.Status.Conditions, decov1alpha1.ConditionReady); ready == nil || ready.Status != metav1.ConditionTrue {
+		return "", fmt.Errorf("%s: Ready %+v", tn.name, ready)
+	}
+	if notified && !meta.IsStatusConditionTrue(df.Status.Conditions, decov1alpha1.ConditionPodsNotified) {
+		return "", fmt.Errorf("%s at %.7s: PodsNotified %+v", tn.name, df.Status.GitHubCommit, meta.FindStatusCondition(df.Status.Conditions, decov1alpha1.ConditionPodsNotified))
+	}
+	return df.Status.GitHubCommit, nil
+}

@@ -1,0 +1,162 @@
+package soak
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/internal/testenv"
+	"github.com/siteops/siteops/test/internal/nodeenv"
+)
+
+// probePort is where the cache probe pods serve their counts.
+const probePort = 8080
+
+// tenant is one site namespace: its repository, its Decofile "site", a Deployment "site" of two
+// injected site pods, and a cache probe pod using the tenant's Valkey user all the time.
+type tenant struct {
+	name, ns string
+	repo     *nodeenv.SiteRepo
+	user     string // the tenant's Valkey username
+
+	mu sync.Mutex // one git work tree: pushes one at a time
+	// pushed are the commits pushed, oldest first; titles[i] is what pushed[i] says.
+	pushed, titles []string
+	pushFailures   int
+}
+
+// title is what edition n of the tenant's site says: the tenant's name is in it, so a pod
+// serving another tenant's content is seen.
+func (tn *tenant) title(n int) string { return fmt.Sprintf("%s edition %d", tn.name, n) }
+
+// push commits the next edition and pushes it; a push the remote refuses is counted, not
+// retried (the next one carries the content forward).
+func (tn *tenant) push() (index int, err error) {
+	tn.mu.Lock()
+	defer tn.mu.Unlock()
+	title := tn.title(len(tn.pushed) + tn.pushFailures)
+	sha, err := commitAndPush(tn.repo, "edition", map[string]string{
+		"blocks/site.json": fmt.Sprintf(`{"__resolveType": "site", "title": %q}`, title),
+	})
+	if err != nil {
+		tn.pushFailures++
+		return -1, err
+	}
+	tn.pushed = append(tn.pushed, sha)
+	tn.titles = append(tn.titles, title)
+	return len(tn.pushed) - 1, nil
+}
+
+// last is the last pushed commit and its title.
+func (tn *tenant) last() (sha, title string) {
+	tn.mu.Lock()
+	defer tn.mu.Unlock()
+	return tn.pushed[len(tn.pushed)-1], tn.titles[len(tn.titles)-1]
+}
+
+// pushedIndex is the position of sha among the pushed commits, or -1.
+func (tn *tenant) pushedIndex(sha string) int {
+	tn.mu.Lock()
+	defer tn.mu.Unlock()
+	return slices.Index(tn.pushed, sha)
+}
+
+// setupTenants creates n tenants and waits until every one serves its first edition on its
+// site pods and its probe answers.
+func (s *soak) setupTenants(t *testing.T, n int) {
+	ctx := context.Background()
+	for i := range n {
+		tn := &tenant{name: fmt.Sprintf("tenant-%02d", i)}
+		tn.ns = s.Namespace(t, "soak-"+tn.name, map[string]string{decov1alpha1.AnnotationValkeyACL: "true"})
+		tn.repo = s.NewSiteRepo(t, tn.name)
+		if _, err := tn.push(); err != nil {
+			t.Fatalf("first push of %s: %v", tn.name, err)
+		}
+		df := &decov1alpha1.Decofile{
+			ObjectMeta: metav1.ObjectMeta{Name: "site", Namespace: tn.ns},
+			Spec: decov1alpha1.DecofileSpec{Source: decov1alpha1.SourceGit,
+				Git:      &decov1alpha1.GitSource{URL: tn.repo.URL, Ref: "main", Path: "blocks"},
+				Interval: &metav1.Duration{Duration: 10 * time.Second}},
+		}
+		nodeenv.Must(t, s.C.Client.Create(ctx, df), "create Decofile of %s", tn.name)
+		s.tenants = append(s.tenants, tn)
+	}
+	for _, tn := range s.tenants {
+		var secret corev1.Secret
+		nodeenv.WaitFor(t, 90*time.Second, "the valkey-acl Secret of "+tn.name, func(ctx context.Context) error {
+			return s.C.Client.Get(ctx, client.ObjectKey{Namespace: tn.ns, Name: decov1alpha1.ValkeyACLSecretName}, &secret)
+		})
+		tn.user = string(secret.Data[decov1alpha1.ValkeyACLUsernameKey])
+		sha, _ := tn.last()
+		s.WaitDecofile(t, tn.ns, "site", sha, false)
+		nodeenv.Must(t, s.C.Client.Create(ctx, s.SiteDeployment(tn.ns, "site", "site", 2)), "create the site Deployment of %s", tn.name)
+	}
+	for i, tn := range s.tenants {
+		// Each probe tries the next tenant's key: a read that is not refused is a break.
+		other := s.tenants[(i+1)%len(s.tenants)].user + ":soak"
+		nodeenv.Must(t, s.C.Client.Create(ctx, s.probeDeployment(tn.ns, other)), "create the cache probe of %s", tn.name)
+	}
+	for _, tn := range s.tenants {
+		s.ReadyPods(t, tn.ns, "site", 2)
+		s.ReadyPods(t, tn.ns, "cacheprobe", 1)
+	}
+}
+
+// probeDeployment is the cache probe, given the tenant's Valkey credentials by the webhook, using
+// them through the Sentinels every 200 ms and trying other, another tenant's key.
+func (s *soak) probeDeployment(ns, other string) *appsv1.Deployment {
+	labels := map[string]string{"app": "cacheprobe"}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "cacheprobe", Namespace: ns,
+			Annotations: map[string]string{decov1alpha1.AnnotationValkeyACLInject: "true"}},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					NodeSelector:                  map[string]string{corev1.LabelHostname: s.N.Name},
+					AutomountServiceAccountToken:  ptr.To(false),
+					TerminationGracePeriodSeconds: ptr.To[int64](1),
+					Containers: []corev1.Container{{
+						Name: "probe", Image: nodeenv.ProbeRef, ImagePullPolicy: corev1.PullNever,
+						Args: []string{"--listen", fmt.Sprintf("0.0.0.0:%d", probePort),
+							"--sentinels", strings.Join(s.ValkeySet.SentinelAddrs(), ","), "--master", s.ValkeySet.MasterName,
+							"--other-key", other},
+						ReadinessProbe: &corev1.Probe{
+							ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intOrPort(probePort)}},
+							PeriodSeconds: 1,
+						},
+					}},
+				},
+			},
+		},
+	}
+}
+
+// commitAndPush commits files in the repository's work tree and pushes main; a refused push
+// leaves the commit to go with the next one.
+func commitAndPush(r *nodeenv.SiteRepo, msg string, files map[string]string) (string, error) {
+	sha, err := testenv.WriteCommit(r.Dir, msg, files)
+	if err != nil {
+		return "", err
+	}
+	if _, err := testenv.RunGit(r.Dir, "push", "-q", "origin", "HEAD:main"); err != nil {
+		return "", err
+	}
+	return sha, nil
+}
+
+func intOrPort(p int) intstr.IntOrString { return intstr.FromInt32(int32(p)) }
