@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -156,11 +157,11 @@ func (s *soak) restartValkeyReplica(t *testing.T) error {
 // point it at the current master.
 func (s *soak) startValkeyNode(t *testing.T, i int) error {
 	old := s.valkeyNodes[i]
-	p, err := servers.StartRedis(context.Background(), servers.RedisOptions{Dir: t.TempDir(), Host: old.Host(), Port: old.Port(), Password: s.ValkeyPassword})
+	p, err := servers.StartRedis(context.Background(), servers.RedisOptions{Dir: s.serverDir(t), Host: old.Host(), Port: old.Port(), Password: s.ValkeyPassword})
 	if err != nil {
 		return fmt.Errorf("start Valkey %s again: %w", old.Addr, err)
 	}
-	t.Cleanup(func() { _ = p.Stop() })
+	s.restarted = append(s.restarted, p)
 	s.valkeyNodes[i] = p
 	return nil
 }
@@ -173,11 +174,11 @@ func (s *soak) restartMirrorRedis(t *testing.T) error {
 		return fmt.Errorf("stop the mirror's Redis: %w", err)
 	}
 	time.Sleep(*flagOutage)
-	p, err := servers.StartRedis(context.Background(), servers.RedisOptions{Dir: t.TempDir(), Host: old.Host(), Port: old.Port(), Password: s.RedisPassword})
+	p, err := servers.StartRedis(context.Background(), servers.RedisOptions{Dir: s.serverDir(t), Host: old.Host(), Port: old.Port(), Password: s.RedisPassword})
 	if err != nil {
 		return fmt.Errorf("start the mirror's Redis again: %w", err)
 	}
-	t.Cleanup(func() { _ = p.Stop() })
+	s.restarted = append(s.restarted, p)
 	s.Redis = p
 	return nil
 }
@@ -260,4 +261,13 @@ func (s *soak) rolledOutSince(ctx context.Context, tn *tenant, idx int) error {
 		return fmt.Errorf("%s is at push %d (%.7s), want %d or later", tn.name, at, sha, idx)
 	}
 	return nil
+}
+
+// serverDir is a new folder for a server started again, removed after the server stopped.
+func (s *soak) serverDir(t *testing.T) string {
+	dir, err := os.MkdirTemp(s.dataDir, "server-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

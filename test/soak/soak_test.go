@@ -28,6 +28,10 @@ type soak struct {
 	// valkeyNodes are the tenant part's Valkey master and replica, by address: a node that is
 	// restarted keeps its place.
 	valkeyNodes []*servers.Process
+	// restarted are the servers the run started again, stopped when the test ends after the
+	// chart's cleanup: the manager's finalizers on the tenant namespaces need Valkey.
+	restarted []*servers.Process
+	dataDir   string // holds the restarted servers' folders
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
@@ -59,6 +63,13 @@ func TestSoak(t *testing.T) {
 	c := testenv.APIServer(t)
 	s := &soak{Env: nodeenv.New(t, c, nodeenv.Options{ValkeySentinels: true}), rng: rand.New(rand.NewPCG(*flagSeed, 1))}
 	s.valkeyNodes = append([]*servers.Process{s.ValkeySet.Master}, s.ValkeySet.Replicas...)
+	// Registered before the chart is installed, so it runs after the chart's cleanup.
+	s.dataDir = t.TempDir()
+	t.Cleanup(func() {
+		for _, p := range s.restarted {
+			_ = p.Stop()
+		}
+	})
 	s.InstallChart(t, s.ChartValues())
 	s.setupTenants(t, *flagTenants)
 	s.setupMirror(t)

@@ -132,12 +132,13 @@ func (e *Env) deleteNamespaces(t testing.TB) {
 	deadline := time.Now().Add(90 * time.Second)
 	for _, name := range e.namespaces {
 		for {
-			err := e.C.Client.Get(ctx, client.ObjectKey{Name: name}, &corev1.Namespace{})
+			var ns corev1.Namespace
+			err := e.C.Client.Get(ctx, client.ObjectKey{Name: name}, &ns)
 			if apierrors.IsNotFound(err) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Errorf("namespace %s still there 90 s after its deletion (%v)", name, err)
+				t.Errorf("namespace %s still there 90 s after its deletion (%v): finalizers %v, conditions %+v", name, err, ns.Finalizers, ns.Status.Conditions)
 				return
 			}
 			time.Sleep(200 * time.Millisecond)
