@@ -70,9 +70,12 @@ func TestNodeKubeletRestartKeepsPods(t *testing.T) {
 	if is.ContainerID != was.ContainerID || is.RestartCount != 0 {
 		t.Fatalf("the pod from before the restart has container %s (%d restarts), had %s", is.ContainerID, is.RestartCount, was.ContainerID)
 	}
-	if _, err := get("http://" + again.Status.PodIP + ":8000/.decofile"); err != nil {
-		t.Fatalf("the pod from before the restart does not serve: %v", err)
-	}
+	// Ready by the kubelet's probe; from the machine it may take the routes a moment on a loaded
+	// machine, so the pod is asked until it answers.
+	testenv.Eventually(t, 30*time.Second, func() error {
+		_, err := get("http://" + again.Status.PodIP + ":8000/.decofile")
+		return err
+	})
 }
 
 // probedPod is the site image with a readiness probe, on the given node.
