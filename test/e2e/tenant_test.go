@@ -8,10 +8,7 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
@@ -61,26 +58,7 @@ func (e *env) tenantCache(t *testing.T) {
 	nodeenv.Must(t, admin.Set(ctx, rivalKey, "the rival's data", 0).Err(), "write the rival's key")
 
 	labels := map[string]string{"app": "cacheprobe"}
-	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "cacheprobe", Namespace: e.siteNS,
-			Annotations: map[string]string{decov1alpha1.AnnotationValkeyACLInject: "true"}},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](1),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					NodeSelector:                  map[string]string{corev1.LabelHostname: e.N.Name},
-					AutomountServiceAccountToken:  ptr.To(false),
-					TerminationGracePeriodSeconds: ptr.To[int64](1),
-					Containers: []corev1.Container{{
-						Name: "probe", Image: nodeenv.ProbeRef, ImagePullPolicy: corev1.PullNever,
-						Args: []string{"--addr", e.Valkey.Addr, "--other-key", rivalKey},
-					}},
-				},
-			},
-		},
-	}
+	d := e.ProbeDeployment(e.siteNS, "--addr", e.Valkey.Addr, "--other-key", rivalKey)
 	start := time.Now()
 	nodeenv.Must(t, e.C.Client.Create(ctx, d), "create the probe Deployment")
 	var pod corev1.Pod

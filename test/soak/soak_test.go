@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -132,16 +134,7 @@ func TestSoak(t *testing.T) {
 
 // pushLoop pushes a new edition to a random tenant every second until ctx ends.
 func (s *soak) pushLoop(ctx context.Context) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		_, _ = s.tenants[s.intN(len(s.tenants))].push()
-	}
+	wait.UntilWithContext(ctx, func(context.Context) { _, _ = s.tenants[s.intN(len(s.tenants))].push() }, time.Second)
 }
 
 // editLoop makes one of user's changes every 700 ms until ctx ends.
@@ -149,18 +142,11 @@ func (s *soak) editLoop(ctx context.Context, user string) {
 	s.rngMu.Lock()
 	rng := rand.New(rand.NewPCG(s.rng.Uint64(), s.rng.Uint64()))
 	s.rngMu.Unlock()
-	tick := time.NewTicker(700 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
 		s.mirror.userEdit(ectx, rng, user)
-		cancel()
-	}
+	}, 700*time.Millisecond)
 }
 
 // retry runs check every 200 ms until it returns nil or timeout passes; it returns the last

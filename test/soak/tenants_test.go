@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
@@ -114,36 +113,17 @@ func (s *soak) setupTenants(t *testing.T, n int) {
 	}
 }
 
-// probeDeployment is the cache probe, given the tenant's Valkey credentials by the webhook, using
-// them through the Sentinels every 200 ms and trying other, another tenant's key.
+// probeDeployment is the cache probe, using the tenant's Valkey user through the Sentinels every
+// 200 ms and trying other, another tenant's key, and serving its counts.
 func (s *soak) probeDeployment(ns, other string) *appsv1.Deployment {
-	labels := map[string]string{"app": "cacheprobe"}
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "cacheprobe", Namespace: ns,
-			Annotations: map[string]string{decov1alpha1.AnnotationValkeyACLInject: "true"}},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](1),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					NodeSelector:                  map[string]string{corev1.LabelHostname: s.N.Name},
-					AutomountServiceAccountToken:  ptr.To(false),
-					TerminationGracePeriodSeconds: ptr.To[int64](1),
-					Containers: []corev1.Container{{
-						Name: "probe", Image: nodeenv.ProbeRef, ImagePullPolicy: corev1.PullNever,
-						Args: []string{"--listen", fmt.Sprintf("0.0.0.0:%d", probePort),
-							"--sentinels", strings.Join(s.ValkeySet.SentinelAddrs(), ","), "--master", s.ValkeySet.MasterName,
-							"--other-key", other},
-						ReadinessProbe: &corev1.Probe{
-							ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intOrPort(probePort)}},
-							PeriodSeconds: 1,
-						},
-					}},
-				},
-			},
-		},
+	d := s.ProbeDeployment(ns, "--listen", fmt.Sprintf("0.0.0.0:%d", probePort),
+		"--sentinels", strings.Join(s.ValkeySet.SentinelAddrs(), ","), "--master", s.ValkeySet.MasterName,
+		"--other-key", other)
+	d.Spec.Template.Spec.Containers[0].ReadinessProbe = &corev1.Probe{
+		ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(probePort)}},
+		PeriodSeconds: 1,
 	}
+	return d
 }
 
 // commitAndPush commits files in the repository's work tree and pushes main; a refused push
@@ -158,5 +138,3 @@ func commitAndPush(r *nodeenv.SiteRepo, msg string, files map[string]string) (st
 	}
 	return sha, nil
 }
-
-func intOrPort(p int) intstr.IntOrString { return intstr.FromInt32(int32(p)) }

@@ -283,10 +283,30 @@ func (w *warnings) all() string {
 
 // SiteDeployment is a Deployment of the site runtime asking for Decofile decofile, on the node.
 func (e *Env) SiteDeployment(ns, name, decofile string, replicas int32) *appsv1.Deployment {
+	return e.deployment(ns, name, map[string]string{decov1alpha1.AnnotationInject: decofile}, replicas, corev1.Container{
+		Name: "app", Image: e.SiteRef, ImagePullPolicy: corev1.PullNever,
+		Args:  []string{"--addr", fmt.Sprintf("0.0.0.0:%d", SitePort)},
+		Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: SitePort}},
+		ReadinessProbe: &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/.decofile", Port: intstr.FromInt32(SitePort)}},
+			PeriodSeconds: 1,
+		},
+	})
+}
+
+// ProbeDeployment is a Deployment "cacheprobe" of one cache probe pod (test/cacheprobe) with
+// args, given its tenant's Valkey credentials by the injection webhook, on the node.
+func (e *Env) ProbeDeployment(ns string, args ...string) *appsv1.Deployment {
+	return e.deployment(ns, "cacheprobe", map[string]string{decov1alpha1.AnnotationValkeyACLInject: "true"}, 1, corev1.Container{
+		Name: "probe", Image: ProbeRef, ImagePullPolicy: corev1.PullNever, Args: args,
+	})
+}
+
+// deployment is a Deployment name of replicas pods of c on the node, labelled app=name.
+func (e *Env) deployment(ns, name string, annotations map[string]string, replicas int32, c corev1.Container) *appsv1.Deployment {
 	labels := map[string]string{"app": name}
 	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
-			Annotations: map[string]string{decov1alpha1.AnnotationInject: decofile}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: annotations},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(replicas),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
@@ -296,15 +316,7 @@ func (e *Env) SiteDeployment(ns, name, decofile string, replicas int32) *appsv1.
 					NodeSelector:                  map[string]string{corev1.LabelHostname: e.N.Name},
 					AutomountServiceAccountToken:  ptr.To(false),
 					TerminationGracePeriodSeconds: ptr.To[int64](1),
-					Containers: []corev1.Container{{
-						Name: "app", Image: e.SiteRef, ImagePullPolicy: corev1.PullNever,
-						Args:  []string{"--addr", fmt.Sprintf("0.0.0.0:%d", SitePort)},
-						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: SitePort}},
-						ReadinessProbe: &corev1.Probe{
-							ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/.decofile", Port: intstr.FromInt32(SitePort)}},
-							PeriodSeconds: 1,
-						},
-					}},
+					Containers:                    []corev1.Container{c},
 				},
 			},
 		},
