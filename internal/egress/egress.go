@@ -262,6 +262,14 @@ type schemeCheck struct {
 	next http.RoundTripper
 }
 
+// CloseIdleConnections closes the transport's idle connections (http.Client.CloseIdleConnections
+// reaches them through it).
+func (s schemeCheck) CloseIdleConnections() {
+	if c, ok := s.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 func (s schemeCheck) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err := s.p.CheckScheme(req.URL.Scheme); err != nil {
 		if req.Body != nil {

@@ -43,6 +43,21 @@ type GitRemote struct {
 	server *http.Server
 	events pushEvents
 	fault  atomic.Pointer[GitFault]
+	conns  atomic.Int64
+}
+
+// OpenConnections is how many client connections the remote holds open now, idle ones
+// included.
+func (r *GitRemote) OpenConnections() int64 { return r.conns.Load() }
+
+// countConns tracks OpenConnections.
+func (r *GitRemote) countConns(_ net.Conn, st http.ConnState) {
+	switch st {
+	case http.StateNew:
+		r.conns.Add(1)
+	case http.StateClosed, http.StateHijacked:
+		r.conns.Add(-1)
+	}
 }
 
 // GitFault is how the remote misbehaves, for tests of what its clients do when a git host
@@ -108,7 +123,7 @@ func StartGitRemote(ctx context.Context, o GitRemoteOptions) (*GitRemote, error)
 		return nil, fmt.Errorf("listen for git remote: %w", err)
 	}
 	r.BaseURL = "http://" + l.Addr().String()
-	r.server = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	r.server = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ConnState: r.countConns}
 	go func() { _ = r.server.Serve(l) }()
 	return r, nil
 }

@@ -75,8 +75,9 @@ type remote struct {
 	// maxBytes bounds the bytes received in one exchange.
 	maxBytes int64
 
-	httpOnce sync.Once
-	http     transport.Transport
+	httpOnce   sync.Once
+	http       transport.Transport
+	httpClient atomic.Pointer[http.Client]
 }
 
 func newRemote(cfg Config) *remote {
@@ -122,7 +123,9 @@ func (r *remote) client(ctx context.Context, ex *exchange, ep *transport.Endpoin
 	switch ep.Protocol {
 	case "http", "https":
 		r.httpOnce.Do(func() {
-			r.http = githttp.NewClient(&http.Client{Transport: quietTransport{next: r.policy.Transport()}})
+			c := &http.Client{Transport: quietTransport{next: r.policy.Transport()}}
+			r.httpClient.Store(c)
+			r.http = githttp.NewClient(c)
 		})
 		return r.http, func() {}, nil
 	case "ssh":
@@ -135,6 +138,14 @@ func (r *remote) client(ctx context.Context, ex *exchange, ep *transport.Endpoin
 		return gitssh.DefaultClient, release, nil
 	}
 	return nil, nil, &RemoteError{msg: fmt.Sprintf("remote %s: URL scheme %q is not supported; use https or ssh", r.shown, ep.Protocol)}
+}
+
+// closeIdle closes the idle connections of the remote's HTTP client: a stopped writer keeps no
+// sockets, nor their buffers, open until the remote or the idle timeout closes them.
+func (r *remote) closeIdle() {
+	if c := r.httpClient.Load(); c != nil {
+		c.CloseIdleConnections()
+	}
 }
 
 // uploadPack opens a fetch session; release closes it.
@@ -240,6 +251,13 @@ func (r *remote) describe(ctx context.Context, ex *exchange, what string, err er
 // operation's exchange, counts the bytes of successful answers against its bound, and drops the body of every answer that is not a success, so no library
 // in between can copy it into an error.
 type quietTransport struct{ next http.RoundTripper }
+
+// CloseIdleConnections closes the idle connections of the transport underneath.
+func (t quietTransport) CloseIdleConnections() {
+	if c, ok := t.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
 
 func (t quietTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ex := exchangeFrom(req.Context())

@@ -234,6 +234,7 @@ func (w *Writer) setStatus(fn func(*Status)) {
 // ErrRemoteUnavailable.
 func (w *Writer) Run(ctx context.Context) error {
 	defer close(w.stopped)
+	defer w.remote.closeIdle()
 	log := logf.FromContext(ctx).WithValues("remote", w.remote.shown, "branch", w.cfg.Branch)
 	if ctx.Err() != nil || !w.openRemote(ctx) {
 		return ctx.Err()

@@ -428,3 +428,35 @@ func TestCloseWindowClaimsOnlyItsTargetsOwnAuthor(t *testing.T) {
 		}
 	}
 }
+
+// TestStoppedWriterClosesItsConnections pushes a change, stops the writer, and checks that the
+// remote sees every connection of the writer's closed at once, not when the idle timeout ends
+// them: a mirror that adds and removes targets keeps no sockets, nor their buffers, of the
+// writers that are gone.
+func TestStoppedWriterClosesItsConnections(t *testing.T) {
+	remote := testenv.GitRemote(t, servers.GitRemoteOptions{})
+	url, err := remote.CreateRepo("conns", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := New(Config{URL: url, Branch: "main", Committer: Signature{"Mirror", "mirror@example.com"}, Window: 10 * time.Millisecond, Egress: localEgress(t)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = w.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	if err := w.Enqueue(ctx, upsert("m/ns/core/configmaps/a.yaml", "a: 1\n", "1")); err != nil {
+		t.Fatal(err)
+	}
+	waitCommits(t, remote.RepoDir("conns"), 1)
+	if n := remote.OpenConnections(); n == 0 {
+		t.Fatal("the remote holds no connection of a running writer that just pushed: the count sees nothing")
+	}
+	cancel()
+	<-done
+	testenv.Eventually(t, 5*time.Second, func() error {
+		if n := remote.OpenConnections(); n > 0 {
+			return fmt.Errorf("%d connections of the stopped writer still open", n)
+		}
+		return nil
+	})
+}
