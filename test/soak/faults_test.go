@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +43,8 @@ func (s *soak) inject(t *testing.T, f Fault) FaultResult {
 		ctx, cancel := context.WithTimeout(context.Background(), recoveryTimeout)
 		err = s.N.RestartKubelet(ctx)
 		cancel()
+	case FaultSitePodHang:
+		err = s.hangSitePod(t, res.Recovery)
 	case FaultGitRefuse, FaultGitSlow:
 		fault := &servers.GitFault{Refuse: f == FaultGitRefuse}
 		if !fault.Refuse {
@@ -72,7 +75,7 @@ func (s *soak) inject(t *testing.T, f Fault) FaultResult {
 		measure("cursors durable", s.cursorsDurable)
 	}
 	// Every fault is also judged by the next rollout and the next mirror commit after it.
-	idx, tn := s.canaryPush(t)
+	idx, tn := s.canaryPush(t, s.tenants[s.intN(len(s.tenants))])
 	if idx >= 0 {
 		measure("next rollout", func(ctx context.Context) error { return s.rolledOutSince(ctx, tn, idx) })
 	}
@@ -111,6 +114,52 @@ func (s *soak) killManager(t *testing.T, leader bool, rec map[string]time.Durati
 			return err
 		}
 		rec["lease taken over"] = time.Since(start)
+	}
+	return nil
+}
+
+// hangSitePod freezes a site pod of one tenant for the outage time and pushes to that tenant
+// and to another: the other's rollout must complete while the pod hangs (measured from its
+// push), the hanging tenant's once the pod runs again (measured from the thaw).
+func (s *soak) hangSitePod(t *testing.T, rec map[string]time.Duration) error {
+	ctx := context.Background()
+	hung := s.tenants[s.intN(len(s.tenants))]
+	pods, err := s.ReadyPodsNow(ctx, hung.ns, "site")
+	if err != nil || len(pods) == 0 {
+		return fmt.Errorf("a Ready site pod of %s to freeze: %d pods, %v", hung.name, len(pods), err)
+	}
+	thaw, err := s.N.FreezePod(pods[0].UID)
+	if err != nil {
+		return err
+	}
+	frozen := time.Now()
+	hungIdx, _ := s.canaryPush(t, hung)
+	other := hung
+	if n := len(s.tenants); n > 1 {
+		other = s.tenants[(slices.Index(s.tenants, hung)+1+s.intN(n-1))%n]
+	}
+	var otherErr error
+	if other != hung {
+		otherIdx, _ := s.canaryPush(t, other)
+		pushed := time.Now()
+		otherErr = s.retry(recoveryTimeout, func(ctx context.Context) error { return s.rolledOutSince(ctx, other, otherIdx) })
+		if otherErr == nil {
+			rec["other tenant's rollout while a pod hangs"] = time.Since(pushed)
+		}
+	}
+	time.Sleep(time.Until(frozen.Add(*flagOutage)))
+	if err := thaw(); err != nil {
+		return err
+	}
+	thawed := time.Now()
+	if otherErr != nil {
+		return fmt.Errorf("%s's rollout while a pod of %s hung: %w", other.name, hung.name, otherErr)
+	}
+	if hungIdx >= 0 {
+		if err := s.retry(recoveryTimeout, func(ctx context.Context) error { return s.rolledOutSince(ctx, hung, hungIdx) }); err != nil {
+			return fmt.Errorf("%s's rollout once its pod runs again: %w", hung.name, err)
+		}
+		rec["hanging tenant's rollout after the thaw"] = time.Since(thawed)
 	}
 	return nil
 }
@@ -234,10 +283,9 @@ func (s *soak) usersOnAllNodes(ctx context.Context) error {
 	return nil
 }
 
-// canaryPush pushes a new edition of a tenant chosen by the run's random source, retrying
-// while the remote still refuses; it returns the push's index and the tenant.
-func (s *soak) canaryPush(t *testing.T) (int, *tenant) {
-	tn := s.tenants[s.intN(len(s.tenants))]
+// canaryPush pushes a new edition of tenant tn, retrying while the remote still refuses; it
+// returns the push's index and the tenant.
+func (s *soak) canaryPush(t *testing.T, tn *tenant) (int, *tenant) {
 	idx := -1
 	err := s.retry(recoveryTimeout, func(context.Context) error {
 		var err error

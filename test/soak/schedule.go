@@ -37,12 +37,16 @@ const (
 	FaultAPIServerRestart Fault = "apiserver-restart"
 	// FaultKubeletRestart stops the node's kubelet and starts it again; pods keep running.
 	FaultKubeletRestart Fault = "kubelet-restart"
+	// FaultSitePodHang freezes one of a tenant's site pods for a while: its reload endpoint
+	// accepts connections and never answers.
+	FaultSitePodHang Fault = "site-pod-hang"
 )
 
 // AllFaults lists every fault kind, in the order a short run injects them.
 var AllFaults = []Fault{
 	FaultLeaderKill, FaultValkeyMasterKill, FaultGitRefuse, FaultMirrorRedisRestart,
 	FaultFollowerKill, FaultValkeyReplicaRestart, FaultGitSlow, FaultAPIServerRestart, FaultKubeletRestart,
+	FaultSitePodHang,
 }
 
 // Event is one fault injected at an offset from the start of the run.
