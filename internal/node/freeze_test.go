@@ -18,17 +18,9 @@ import (
 // (a time-out, not a refusal), and the kubelet marks it NotReady; thawed, it answers again with
 // the same container and is Ready.
 func TestNodeFreezePodHangsIt(t *testing.T) {
-	c := testenv.APIServer(t)
-	testenv.RequireNode(t)
-	site := testenv.ImageArchive(t, "siteops-site")
-	n := c.Node(t, site)
+	c, n, _, ready := nodeWithProbedPod(t, "freeze", "frozen")
 	ctx := context.Background()
-	ns := c.PodNamespace(t, "freeze")
-	pod := probedPod(ns, "frozen", n.Name, testenv.ImageRef(t, site))
-	if err := c.Client.Create(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	ready := waitPodReady(t, c, pod)
+	pod := ready.DeepCopy()
 	url := "http://" + ready.Status.PodIP + ":8000/.decofile"
 	testenv.Eventually(t, 30*time.Second, func() error { _, err := get(url); return err })
 

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/siteops/siteops/internal/node"
 	"github.com/siteops/siteops/internal/testenv"
 )
 
@@ -21,19 +22,9 @@ import (
 // it starts, and that the pod from before kept its container (same ID, no restart), serves
 // and is Ready.
 func TestNodeKubeletRestartKeepsPods(t *testing.T) {
-	c := testenv.APIServer(t)
-	testenv.RequireNode(t)
-	site := testenv.ImageArchive(t, "siteops-site")
-	n := c.Node(t, site)
+	c, n, image, first := nodeWithProbedPod(t, "kubelet-restart", "before")
 	ctx := context.Background()
-	ns := c.PodNamespace(t, "kubelet-restart")
-	image := testenv.ImageRef(t, site)
-
-	before := probedPod(ns, "before", n.Name, image)
-	if err := c.Client.Create(ctx, before); err != nil {
-		t.Fatal(err)
-	}
-	first := waitPodReady(t, c, before)
+	ns, before := first.Namespace, first.DeepCopy()
 	restartsLogged := strings.Count(readFile(t, filepath.Join(n.Dir, "node.log")), "starting it again")
 
 	called := time.Now()
@@ -76,6 +67,22 @@ func TestNodeKubeletRestartKeepsPods(t *testing.T) {
 		_, err := get("http://" + again.Status.PodIP + ":8000/.decofile")
 		return err
 	})
+}
+
+// nodeWithProbedPod starts a node running the site image and a probed pod of it, name, in a
+// namespace of its own, and returns them once the pod is Ready.
+func nodeWithProbedPod(t *testing.T, nsPrefix, name string) (*testenv.Cluster, *node.Node, string, *corev1.Pod) {
+	t.Helper()
+	c := testenv.APIServer(t)
+	testenv.RequireNode(t)
+	site := testenv.ImageArchive(t, "siteops-site")
+	n := c.Node(t, site)
+	image := testenv.ImageRef(t, site)
+	pod := probedPod(c.PodNamespace(t, nsPrefix), name, n.Name, image)
+	if err := c.Client.Create(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	return c, n, image, waitPodReady(t, c, pod)
 }
 
 // probedPod is the site image with a readiness probe, on the given node.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,24 +21,6 @@ import (
 	"github.com/siteops/siteops/internal/decofile/inject"
 	"github.com/siteops/siteops/internal/testenv"
 )
-
-// warnings collects the API server's warnings to one client.
-type warnings struct {
-	mu   sync.Mutex
-	text []string
-}
-
-func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.text = append(w.text, text)
-}
-
-func (w *warnings) all() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return strings.Join(w.text, "\n")
-}
 
 // TestNodeWebhookThroughService runs the manager image as a pod behind a Service, in
 // self-signed webhook mode: it patches the caBundle, and the API server calls its injection
@@ -99,7 +80,7 @@ func TestNodeWebhookThroughService(t *testing.T) {
 	})
 	t.Logf("the manager pod patched the caBundle after %s", time.Since(start).Round(time.Millisecond))
 
-	w := &warnings{}
+	w := &testenv.Warnings{}
 	cfg := rest.CopyConfig(c.Config)
 	cfg.WarningHandler = w
 	cs, err := kubernetes.NewForConfig(cfg)
@@ -123,8 +104,8 @@ func TestNodeWebhookThroughService(t *testing.T) {
 		if _, lastErr = cs.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); lastErr != nil {
 			return lastErr
 		}
-		if !strings.Contains(w.all(), `Decofile "missing" not found`) {
-			return fmt.Errorf("no warning from the webhook; warnings: %q", w.all())
+		if !strings.Contains(w.All(), `Decofile "missing" not found`) {
+			return fmt.Errorf("no warning from the webhook; warnings: %q", w.All())
 		}
 		return nil
 	})

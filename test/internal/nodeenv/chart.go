@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/internal/testenv"
 )
 
 const (
@@ -174,7 +174,7 @@ func (e *Env) InstallChart(t *testing.T, values map[string]any) {
 	if svc := m.Webhooks[0].ClientConfig.Service; svc == nil || svc.Namespace != e.Release || svc.Name != "siteops-webhook-service" {
 		t.Fatalf("the injection webhook does not call the chart's Service: %+v", m.Webhooks[0].ClientConfig)
 	}
-	w := &warnings{}
+	w := &testenv.Warnings{}
 	rc := rest.CopyConfig(e.C.Config)
 	rc.WarningHandler = w
 	cs, err := kubernetes.NewForConfig(rc)
@@ -187,8 +187,8 @@ func (e *Env) InstallChart(t *testing.T, values map[string]any) {
 		if err != nil {
 			return err
 		}
-		if !strings.Contains(w.all(), `Decofile "missing" not found`) {
-			return fmt.Errorf("no warning from the injection webhook; warnings: %q", w.all())
+		if !strings.Contains(w.All(), `Decofile "missing" not found`) {
+			return fmt.Errorf("no warning from the injection webhook; warnings: %q", w.All())
 		}
 		return nil
 	})
@@ -261,24 +261,6 @@ func (e *Env) DumpManagers(t testing.TB) {
 		logs, _ := cs.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{TailLines: ptr.To[int64](30)}).DoRaw(ctx)
 		t.Logf("pod %s: %s %+v\n%s", p.Name, p.Status.Phase, p.Status.ContainerStatuses, logs)
 	}
-}
-
-// warnings collects the API server's warnings to one client.
-type warnings struct {
-	mu   sync.Mutex
-	text []string
-}
-
-func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.text = append(w.text, text)
-}
-
-func (w *warnings) all() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return strings.Join(w.text, "\n")
 }
 
 // SiteDeployment is a Deployment of the site runtime asking for Decofile decofile, on the node.
