@@ -74,7 +74,7 @@ func kubeletConfig(v configValues) ([]byte, error) {
 		"clusterDomain":               "cluster.local",
 		"clusterDNS":                  []string{v.NamespaceIP},
 		"podCIDR":                     v.PodCIDR,
-		"maxPods":                     60,
+		"maxPods":                     110, // the kubelet default; the pod /24 holds 253
 		"serializeImagePulls":         false,
 		"syncFrequency":               "10s",
 		"nodeStatusUpdateFrequency":   "4s",
