@@ -76,18 +76,54 @@ func (e *Env) WaitDecofile(t testing.TB, ns, name, sha string, notified bool) ti
 func (e *Env) ReadyPods(t testing.TB, ns, app string, n int) []corev1.Pod {
 	t.Helper()
 	var ready []corev1.Pod
-	WaitFor(t, 90*time.Second, fmt.Sprintf("%d pods of %s Ready", n, app), func(ctx context.Context) error {
+	WaitFor(t, 90*time.Second, fmt.Sprintf("%d pods of %s/%s Ready", n, ns, app), func(ctx context.Context) error {
 		var err error
 		ready, err = e.ReadyPodsNow(ctx, ns, app)
 		if err != nil {
 			return err
 		}
 		if len(ready) != n {
-			return fmt.Errorf("%d of %d pods Ready", len(ready), n)
+			return fmt.Errorf("%d of %d pods Ready: %s", len(ready), n, e.podStates(ctx, ns, app))
 		}
 		return nil
 	})
 	return ready
+}
+
+// podStates says, for each pod of the Deployment app, its phase, node and why its containers
+// are not running or not Ready, and the namespace's last Warning Events.
+func (e *Env) podStates(ctx context.Context, ns, app string) string {
+	var list corev1.PodList
+	if err := e.C.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{"app": app}); err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, p := range list.Items {
+		state := fmt.Sprintf("%s %s on %q ready=%v", p.Name, p.Status.Phase, p.Spec.NodeName, PodReady(&p))
+		for _, c := range p.Status.ContainerStatuses {
+			switch {
+			case c.State.Waiting != nil:
+				state += fmt.Sprintf(", %s waiting %s: %.200s", c.Name, c.State.Waiting.Reason, c.State.Waiting.Message)
+			case c.State.Terminated != nil:
+				state += fmt.Sprintf(", %s terminated %s (exit %d)", c.Name, c.State.Terminated.Reason, c.State.Terminated.ExitCode)
+			}
+		}
+		out = append(out, state)
+	}
+	var events corev1.EventList
+	if err := e.C.Client.List(ctx, &events, client.InNamespace(ns)); err == nil {
+		n := 0
+		for i := len(events.Items) - 1; i >= 0 && n < 3; i-- {
+			if ev := events.Items[i]; ev.Type == corev1.EventTypeWarning {
+				out = append(out, fmt.Sprintf("event %s %s: %.200s", ev.InvolvedObject.Name, ev.Reason, ev.Message))
+				n++
+			}
+		}
+	}
+	if len(out) == 0 {
+		return "no pods"
+	}
+	return strings.Join(out, "; ")
 }
 
 // ReadyPodsNow lists the Ready pods of the Deployment app on the node.
