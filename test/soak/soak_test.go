@@ -84,6 +84,7 @@ func TestSoak(t *testing.T) {
 	for _, user := range mirrorUsers {
 		load.Go(func() { s.editLoop(ctx, user) })
 	}
+	rollbacks := s.watchRollbacks(ctx, &load)
 	// The reference for memory and goroutines: minute 10 of an hour, the same share of a
 	// shorter run.
 	var reference ManagerSample
@@ -107,12 +108,19 @@ func TestSoak(t *testing.T) {
 	}
 	stopLoad()
 	load.Wait()
+	// A tenant whose last publish was bad stays on the good one before it; a good one after
+	// it is the end the invariants hold the tenant to.
+	for _, tn := range s.tenants {
+		if tn.lastIsBad() {
+			s.canaryPush(t, tn)
+		}
+	}
 	<-sampled
 	report.Load = s.loadCounts(t)
 	if end, ok := s.sampleLeader(t); ok && referenceOK {
 		report.Manager = []ManagerSample{reference, end}
 	}
-	report.Invariants = s.checkInvariants(t, report)
+	report.Invariants = append(s.checkInvariants(t, report), rollbacks.invariant())
 
 	var table strings.Builder
 	report.Table(&table)
@@ -132,9 +140,17 @@ func TestSoak(t *testing.T) {
 	}
 }
 
-// pushLoop pushes a new edition to a random tenant every second until ctx ends.
+// pushLoop pushes a new edition to a random tenant every second until ctx ends; one push in
+// five to a progressive tenant is a bad publish.
 func (s *soak) pushLoop(ctx context.Context) {
-	wait.UntilWithContext(ctx, func(context.Context) { _, _ = s.tenants[s.intN(len(s.tenants))].push() }, time.Second)
+	wait.UntilWithContext(ctx, func(context.Context) {
+		tn := s.tenants[s.intN(len(s.tenants))]
+		if tn.progressive && s.intN(5) == 0 {
+			_, _ = tn.pushBad()
+			return
+		}
+		_, _ = tn.push()
+	}, time.Second)
 }
 
 // editLoop makes one of user's changes every 700 ms until ctx ends.

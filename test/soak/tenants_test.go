@@ -29,10 +29,15 @@ type tenant struct {
 	name, ns string
 	repo     *nodeenv.SiteRepo
 	user     string // the tenant's Valkey username
+	// progressive tenants roll out one pod first (spec.rollout) and now and then publish
+	// content the site runtime refuses to load, which must be rolled back after that step.
+	progressive bool
 
 	mu sync.Mutex // one git work tree: pushes one at a time
-	// pushed are the commits pushed, oldest first; titles[i] is what pushed[i] says.
+	// pushed are the commits pushed, oldest first; titles[i] is what pushed[i] says; bad[i]
+	// says it was a bad publish.
 	pushed, titles []string
+	bad            []bool
 	pushFailures   int
 }
 
@@ -42,12 +47,22 @@ func (tn *tenant) title(n int) string { return fmt.Sprintf("%s edition %d", tn.n
 
 // push commits the next edition and pushes it; a push the remote refuses is counted, not
 // retried (the next one carries the content forward).
-func (tn *tenant) push() (index int, err error) {
+func (tn *tenant) push() (index int, err error) { return tn.pushEdition(false) }
+
+// pushBad publishes an edition the site runtime refuses to load: a block whose module is
+// empty.
+func (tn *tenant) pushBad() (index int, err error) { return tn.pushEdition(true) }
+
+func (tn *tenant) pushEdition(bad bool) (index int, err error) {
 	tn.mu.Lock()
 	defer tn.mu.Unlock()
 	title := tn.title(len(tn.pushed) + tn.pushFailures)
+	module := "site"
+	if bad {
+		module = ""
+	}
 	sha, err := commitAndPush(tn.repo, "edition", map[string]string{
-		"blocks/site.json": fmt.Sprintf(`{"__resolveType": "site", "title": %q}`, title),
+		"blocks/site.json": fmt.Sprintf(`{"__resolveType": %q, "title": %q}`, module, title),
 	})
 	if err != nil {
 		tn.pushFailures++
@@ -55,14 +70,35 @@ func (tn *tenant) push() (index int, err error) {
 	}
 	tn.pushed = append(tn.pushed, sha)
 	tn.titles = append(tn.titles, title)
+	tn.bad = append(tn.bad, bad)
 	return len(tn.pushed) - 1, nil
 }
 
-// last is the last pushed commit and its title.
+// last is the last good pushed commit and its title: what the tenant's site must end at.
 func (tn *tenant) last() (sha, title string) {
 	tn.mu.Lock()
 	defer tn.mu.Unlock()
-	return tn.pushed[len(tn.pushed)-1], tn.titles[len(tn.titles)-1]
+	for i := len(tn.pushed) - 1; i >= 0; i-- {
+		if !tn.bad[i] {
+			return tn.pushed[i], tn.titles[i]
+		}
+	}
+	return "", ""
+}
+
+// lastIsBad says whether the last push was a bad publish.
+func (tn *tenant) lastIsBad() bool {
+	tn.mu.Lock()
+	defer tn.mu.Unlock()
+	return len(tn.bad) > 0 && tn.bad[len(tn.bad)-1]
+}
+
+// isBad says whether sha was pushed as a bad publish.
+func (tn *tenant) isBad(sha string) bool {
+	tn.mu.Lock()
+	defer tn.mu.Unlock()
+	i := slices.Index(tn.pushed, sha)
+	return i >= 0 && tn.bad[i]
 }
 
 // pushedIndex is the position of sha among the pushed commits, or -1.
@@ -77,7 +113,7 @@ func (tn *tenant) pushedIndex(sha string) int {
 func (s *soak) setupTenants(t *testing.T, n int) {
 	ctx := context.Background()
 	for i := range n {
-		tn := &tenant{name: fmt.Sprintf("tenant-%02d", i)}
+		tn := &tenant{name: fmt.Sprintf("tenant-%02d", i), progressive: i%4 == 1}
 		tn.ns = s.Namespace(t, "soak-"+tn.name, map[string]string{decov1alpha1.AnnotationValkeyACL: "true"})
 		tn.repo = s.NewSiteRepo(t, tn.name)
 		if _, err := tn.push(); err != nil {
@@ -88,6 +124,9 @@ func (s *soak) setupTenants(t *testing.T, n int) {
 			Spec: decov1alpha1.DecofileSpec{Source: decov1alpha1.SourceGit,
 				Git:      &decov1alpha1.GitSource{URL: tn.repo.URL, Ref: "main", Path: "blocks"},
 				Interval: &metav1.Duration{Duration: 10 * time.Second}},
+		}
+		if tn.progressive {
+			df.Spec.Rollout = &decov1alpha1.RolloutSpec{Steps: []intstr.IntOrString{intstr.FromInt32(1)}, Pause: &metav1.Duration{Duration: 2 * time.Second}}
 		}
 		nodeenv.Must(t, s.C.Client.Create(ctx, df), "create Decofile of %s", tn.name)
 		s.tenants = append(s.tenants, tn)
