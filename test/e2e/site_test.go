@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"reflect"
 	"strings"
 	"sync"
@@ -182,7 +181,7 @@ func (e *env) checkRolledOut(t *testing.T, name string, pods []corev1.Pod, want 
 // and new pods admitted for it cold-start by decoding the mounted file.
 func (e *env) largeContent(t *testing.T) {
 	ctx := context.Background()
-	blocks := largeBlocks(2 * nodeenv.CompressionThreshold)
+	blocks := nodeenv.LargeBlocks(2 * nodeenv.CompressionThreshold)
 	files := map[string]string{}
 	raw := 0
 	for name, b := range blocks {
@@ -228,27 +227,6 @@ func (e *env) largeContent(t *testing.T) {
 			}
 		}
 	}
-}
-
-// largeBlocks makes blocks of about size bytes of JSON that compress like real catalog data
-// (repeated keys, varied values).
-func largeBlocks(size int) map[string][]byte {
-	rng := rand.New(rand.NewPCG(1, 2))
-	out := map[string][]byte{}
-	total := 0
-	for page := 0; total < size; page++ {
-		products := make([]map[string]any, 200)
-		for i := range products {
-			products[i] = map[string]any{
-				"sku": fmt.Sprintf("SKU-%06d", page*1000+i), "price": rng.IntN(100000),
-				"description": fmt.Sprintf("%x", rng.Uint64()) + fmt.Sprintf("%x", rng.Uint64()),
-			}
-		}
-		b, _ := json.Marshal(map[string]any{"__resolveType": "catalog-page", "products": products})
-		out[fmt.Sprintf("page-%02d", page)] = b
-		total += len(b)
-	}
-	return out
 }
 
 func jsonEqual(a, b []byte) bool {

@@ -162,6 +162,7 @@ func (s *soak) checkInvariants(t *testing.T, r *Report) []Invariant {
 		return nil
 	}))
 	check("every site pod serves its tenant's last content and no other tenant's", s.retry(settleTimeout, s.podsServeLastContent))
+	check("large sites stored as decofile.bin", s.largeStoredAsBin(context.Background()))
 	check("the mirror's tree equals the cluster", s.retry(settleTimeout, s.mirrorMatchesCluster))
 	authors, err := s.checkAuthors()
 	if err == nil && authors.Wrong > 0 {
@@ -197,6 +198,28 @@ func (s *soak) checkInvariants(t *testing.T, r *Report) []Invariant {
 	check("every fault recovered", err)
 	out = append(out, memoryStable(r))
 	return out
+}
+
+// largeStoredAsBin reports nil when every large tenant's Decofile is stored compressed.
+func (s *soak) largeStoredAsBin(ctx context.Context) error {
+	large := 0
+	for _, tn := range s.tenants {
+		if !tn.large {
+			continue
+		}
+		large++
+		var df decov1alpha1.Decofile
+		if err := s.C.Client.Get(ctx, client.ObjectKey{Namespace: tn.ns, Name: "site"}, &df); err != nil {
+			return err
+		}
+		if df.Status.Format != decov1alpha1.FormatBin {
+			return fmt.Errorf("%s: %d bytes stored as %q, want %s", tn.name, df.Status.RawBytes, df.Status.Format, decov1alpha1.KeyBin)
+		}
+	}
+	if large == 0 {
+		return fmt.Errorf("no large tenant among %d: run at least 3", len(s.tenants))
+	}
+	return nil
 }
 
 // podsServeLastContent reports nil when every Ready site pod serves its Decofile's content

@@ -32,6 +32,9 @@ type tenant struct {
 	// progressive tenants roll out one pod first (spec.rollout) and now and then publish
 	// content the site runtime refuses to load, which must be rolled back after that step.
 	progressive bool
+	// large tenants' sites hold catalog blocks past the compression threshold: stored as
+	// decofile.bin.
+	large bool
 
 	mu sync.Mutex // one git work tree: pushes one at a time
 	// pushed are the commits pushed, oldest first; titles[i] is what pushed[i] says; bad[i]
@@ -113,9 +116,17 @@ func (tn *tenant) pushedIndex(sha string) int {
 func (s *soak) setupTenants(t *testing.T, n int) {
 	ctx := context.Background()
 	for i := range n {
-		tn := &tenant{name: fmt.Sprintf("tenant-%02d", i), progressive: i%4 == 1}
+		tn := &tenant{name: fmt.Sprintf("tenant-%02d", i), progressive: i%4 == 1, large: i%4 == 2}
 		tn.ns = s.Namespace(t, "soak-"+tn.name, map[string]string{decov1alpha1.AnnotationValkeyACL: "true"})
 		tn.repo = s.NewSiteRepo(t, tn.name)
+		if tn.large {
+			files := map[string]string{}
+			for name, b := range nodeenv.LargeBlocks(2 * nodeenv.CompressionThreshold) {
+				files["blocks/"+name+".json"] = string(b)
+			}
+			_, err := commitAndPush(tn.repo, "catalog", files)
+			nodeenv.Must(t, err, "push the catalog of %s", tn.name)
+		}
 		if _, err := tn.push(); err != nil {
 			t.Fatalf("first push of %s: %v", tn.name, err)
 		}

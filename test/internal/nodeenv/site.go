@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -228,4 +229,25 @@ func GitOut(bare string, args ...string) (string, error) {
 		return "", fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, out)
 	}
 	return strings.TrimSpace(string(out)), nil
+}
+
+// LargeBlocks makes blocks of about size bytes of JSON that compress like real catalog data
+// (repeated keys, varied values).
+func LargeBlocks(size int) map[string][]byte {
+	rng := rand.New(rand.NewPCG(1, 2))
+	out := map[string][]byte{}
+	total := 0
+	for page := 0; total < size; page++ {
+		products := make([]map[string]any, 200)
+		for i := range products {
+			products[i] = map[string]any{
+				"sku": fmt.Sprintf("SKU-%06d", page*1000+i), "price": rng.IntN(100000),
+				"description": fmt.Sprintf("%x", rng.Uint64()) + fmt.Sprintf("%x", rng.Uint64()),
+			}
+		}
+		b, _ := json.Marshal(map[string]any{"__resolveType": "catalog-page", "products": products})
+		out[fmt.Sprintf("page-%02d", page)] = b
+		total += len(b)
+	}
+	return out
 }
