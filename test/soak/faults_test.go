@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +44,8 @@ func (s *soak) inject(t *testing.T, f Fault) FaultResult {
 		cancel()
 	case FaultSitePodHang:
 		err = s.hangSitePod(t, res.Recovery)
+	case FaultS3Down:
+		err = s.stopS3(t, res.Recovery)
 	case FaultGitRefuse, FaultGitSlow:
 		fault := &servers.GitFault{Refuse: f == FaultGitRefuse}
 		if !fault.Refuse {
@@ -118,50 +119,98 @@ func (s *soak) killManager(t *testing.T, leader bool, rec map[string]time.Durati
 	return nil
 }
 
-// hangSitePod freezes a site pod of one tenant for the outage time and pushes to that tenant
-// and to another: the other's rollout must complete while the pod hangs (measured from its
-// push), the hanging tenant's once the pod runs again (measured from the thaw).
+// hangSitePod freezes a site pod of one tenant for the outage time: another tenant's rollout
+// must complete while the pod hangs, the hanging tenant's once the pod runs again.
 func (s *soak) hangSitePod(t *testing.T, rec map[string]time.Duration) error {
-	ctx := context.Background()
 	hung := s.tenants[s.intN(len(s.tenants))]
-	pods, err := s.ReadyPodsNow(ctx, hung.ns, "site")
-	if err != nil || len(pods) == 0 {
-		return fmt.Errorf("a Ready site pod of %s to freeze: %d pods, %v", hung.name, len(pods), err)
+	return s.outage(t, rec, outage{
+		hit: hung, other: s.otherTenant(func(tn *tenant) bool { return tn != hung }),
+		during: "other tenant's rollout while a pod hangs", after: "hanging tenant's rollout after the thaw",
+		begin: func(ctx context.Context) (func() error, error) {
+			pods, err := s.ReadyPodsNow(ctx, hung.ns, "site")
+			if err != nil || len(pods) == 0 {
+				return nil, fmt.Errorf("a Ready site pod of %s to freeze: %d pods, %v", hung.name, len(pods), err)
+			}
+			return s.N.FreezePod(pods[0].UID)
+		},
+	})
+}
+
+// stopS3 stops the S3 server for the outage time: a configmap tenant's rollout must complete
+// meanwhile, an s3 tenant's once the server is back.
+func (s *soak) stopS3(t *testing.T, rec map[string]time.Duration) error {
+	hit := s.otherTenant(func(tn *tenant) bool { return tn.s3 })
+	if hit == nil {
+		return errors.New("no s3 tenant: the run needs at least four tenants")
 	}
-	thaw, err := s.N.FreezePod(pods[0].UID)
+	return s.outage(t, rec, outage{
+		hit: hit, other: s.otherTenant(func(tn *tenant) bool { return !tn.s3 }),
+		during: "other tenant's rollout while S3 is down", after: "s3 tenant's rollout after S3 is back",
+		begin: func(context.Context) (func() error, error) {
+			if err := s.S3.Stop(); err != nil {
+				return nil, fmt.Errorf("stop the S3 server: %w", err)
+			}
+			return func() error { return s.S3.Restart(context.Background()) }, nil
+		},
+	})
+}
+
+// outage is a fault that hits one tenant and must leave the others alone.
+type outage struct {
+	hit, other *tenant
+	// during and after name the recoveries measured: the other tenant's rollout from its push
+	// during the outage, the hit tenant's from the outage's end.
+	during, after string
+	// begin starts the outage and returns what ends it.
+	begin func(context.Context) (end func() error, err error)
+}
+
+// outage runs o for the outage time and pushes to both tenants while it lasts.
+func (s *soak) outage(t *testing.T, rec map[string]time.Duration, o outage) error {
+	end, err := o.begin(context.Background())
 	if err != nil {
 		return err
 	}
-	frozen := time.Now()
-	hungIdx, _ := s.canaryPush(t, hung)
-	other := hung
-	if n := len(s.tenants); n > 1 {
-		other = s.tenants[(slices.Index(s.tenants, hung)+1+s.intN(n-1))%n]
-	}
+	began := time.Now()
+	hitIdx, _ := s.canaryPush(t, o.hit)
 	var otherErr error
-	if other != hung {
-		otherIdx, _ := s.canaryPush(t, other)
+	if o.other != nil {
+		otherIdx, _ := s.canaryPush(t, o.other)
 		pushed := time.Now()
-		otherErr = s.retry(recoveryTimeout, func(ctx context.Context) error { return s.rolledOutSince(ctx, other, otherIdx) })
+		otherErr = s.retry(recoveryTimeout, func(ctx context.Context) error { return s.rolledOutSince(ctx, o.other, otherIdx) })
 		if otherErr == nil {
-			rec["other tenant's rollout while a pod hangs"] = time.Since(pushed)
+			rec[o.during] = time.Since(pushed)
 		}
 	}
-	time.Sleep(time.Until(frozen.Add(*flagOutage)))
-	if err := thaw(); err != nil {
+	time.Sleep(time.Until(began.Add(*flagOutage)))
+	if err := end(); err != nil {
 		return err
 	}
-	thawed := time.Now()
+	ended := time.Now()
 	if otherErr != nil {
-		return fmt.Errorf("%s's rollout while a pod of %s hung: %w", other.name, hung.name, otherErr)
+		return fmt.Errorf("%s's rollout while %s was hit: %w", o.other.name, o.hit.name, otherErr)
 	}
-	if hungIdx >= 0 {
-		if err := s.retry(recoveryTimeout, func(ctx context.Context) error { return s.rolledOutSince(ctx, hung, hungIdx) }); err != nil {
-			return fmt.Errorf("%s's rollout once its pod runs again: %w", hung.name, err)
+	if hitIdx >= 0 {
+		if err := s.retry(recoveryTimeout, func(ctx context.Context) error { return s.rolledOutSince(ctx, o.hit, hitIdx) }); err != nil {
+			return fmt.Errorf("%s's rollout once the fault ended: %w", o.hit.name, err)
 		}
-		rec["hanging tenant's rollout after the thaw"] = time.Since(thawed)
+		rec[o.after] = time.Since(ended)
 	}
 	return nil
+}
+
+// otherTenant is a random tenant for which ok holds, or nil when there is none.
+func (s *soak) otherTenant(ok func(*tenant) bool) *tenant {
+	var fit []*tenant
+	for _, tn := range s.tenants {
+		if ok(tn) {
+			fit = append(fit, tn)
+		}
+	}
+	if len(fit) == 0 {
+		return nil
+	}
+	return fit[s.intN(len(fit))]
 }
 
 // killValkeyMaster kills the current Valkey master; once the Sentinels promoted the replica,

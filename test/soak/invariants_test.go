@@ -3,8 +3,11 @@ package soak
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -74,7 +77,10 @@ func (s *soak) loadCounts(t *testing.T) Load {
 		l.PushesRefused += tn.pushFailures
 		tn.mu.Unlock()
 	}
-	l.MirrorEdits, l.MirrorRefused = s.mirror.edits.Load(), s.mirror.refused.Load()
+	for _, m := range s.mirrors() {
+		l.MirrorEdits += m.edits.Load()
+		l.MirrorRefused += m.refused.Load()
+	}
 	probes, err := s.probes(context.Background())
 	if err != nil {
 		t.Errorf("read the cache probes: %v", err)
@@ -161,8 +167,9 @@ func (s *soak) checkInvariants(t *testing.T, r *Report) []Invariant {
 		}
 		return nil
 	}))
-	check("every site pod serves its tenant's last content and no other tenant's", s.retry(settleTimeout, s.podsServeLastContent))
+	check("every site pod serves its tenant's last content at the end", s.retry(settleTimeout, s.podsServeLastContent))
 	check("large sites stored as decofile.bin", s.largeStoredAsBin(context.Background()))
+	check("s3 sites' objects hold their last content", s.retry(settleTimeout, s.s3ObjectsHoldLastContent))
 	check("the mirror's tree equals the cluster", s.retry(settleTimeout, s.mirrorMatchesCluster))
 	authors, err := s.checkAuthors()
 	if err == nil && authors.Wrong > 0 {
@@ -171,6 +178,11 @@ func (s *soak) checkInvariants(t *testing.T, r *Report) []Invariant {
 	check("no change committed under a wrong author", err)
 	if err == nil {
 		out[len(out)-1].Detail = fmt.Sprintf("%d commits attributed to their user, %d to the committer", authors.Attributed, authors.ByCommitter)
+	}
+	verified, err := s.verifyAuthors()
+	check("the audit log names every change's author (siteops mirror verify)", err)
+	if err == nil {
+		out[len(out)-1].Detail = verified
 	}
 	check("every tenant user on every Valkey node", s.retry(settleTimeout, s.usersOnAllNodes))
 	probes, err := s.probes(context.Background())
@@ -222,6 +234,49 @@ func (s *soak) largeStoredAsBin(ctx context.Context) error {
 	return nil
 }
 
+// s3ObjectsHoldLastContent reports nil when every s3 tenant's object, read through the CDN as
+// its pods read it, says the tenant's last title.
+func (s *soak) s3ObjectsHoldLastContent(ctx context.Context) error {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(s.S3.CA)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	defer hc.CloseIdleConnections()
+	n := 0
+	for _, tn := range s.tenants {
+		if !tn.s3 {
+			continue
+		}
+		n++
+		var df decov1alpha1.Decofile
+		if err := s.C.Client.Get(ctx, client.ObjectKey{Namespace: tn.ns, Name: "site"}, &df); err != nil {
+			return err
+		}
+		if df.Status.S3URL == "" {
+			return fmt.Errorf("%s: no status.s3URL", tn.name)
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, df.Status.S3URL, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return fmt.Errorf("%s: %w", tn.name, err)
+		}
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: GET %s: %d %v", tn.name, df.Status.S3URL, resp.StatusCode, err)
+		}
+		if _, title := tn.last(); !strings.Contains(string(body), title) {
+			return fmt.Errorf("%s: the object at %s holds %.120s, want %q", tn.name, df.Status.S3URL, body, title)
+		}
+	}
+	if n == 0 {
+		return fmt.Errorf("no s3 tenant among %d: run at least 4", len(s.tenants))
+	}
+	return nil
+}
+
 // podsServeLastContent reports nil when every Ready site pod serves its Decofile's content
 // hash, which says the tenant's last title and names no other tenant.
 func (s *soak) podsServeLastContent(ctx context.Context) error {
@@ -253,11 +308,19 @@ func (s *soak) podsServeLastContent(ctx context.Context) error {
 			if !strings.Contains(body, title) {
 				return fmt.Errorf("%s pod %s serves %.120s, want %q", tn.name, p.Name, body, title)
 			}
-			for _, other := range s.tenants {
-				if other != tn && strings.Contains(body, other.name+" ") {
-					return fmt.Errorf("%s pod %s serves content of %s", tn.name, p.Name, other.name)
-				}
+			if other := s.foreignTenant(tn, body); other != nil {
+				return fmt.Errorf("%s pod %s serves content of %s", tn.name, p.Name, other.name)
 			}
+		}
+	}
+	return nil
+}
+
+// foreignTenant is the tenant other than tn whose title body holds, or nil.
+func (s *soak) foreignTenant(tn *tenant, body string) *tenant {
+	for _, other := range s.tenants {
+		if other != tn && strings.Contains(body, other.name+" ") {
+			return other
 		}
 	}
 	return nil

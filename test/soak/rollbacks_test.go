@@ -26,9 +26,9 @@ type rollbackWatch struct {
 	// atFirst and later are the bad publishes seen rolled back at step 1 and after it; good
 	// counts good versions rolled back (a pod of the step hung or went away); notified lists
 	// bad publishes seen with PodsNotified=True.
-	atFirst       map[string]bool
-	later         []string
-	good          map[string]bool
+	atFirst  map[string]bool
+	later    []string
+	good     map[string]bool
 	notified []string
 }
 

@@ -40,13 +40,15 @@ const (
 	// FaultSitePodHang freezes one of a tenant's site pods for a while: its reload endpoint
 	// accepts connections and never answers.
 	FaultSitePodHang Fault = "site-pod-hang"
+	// FaultS3Down stops the S3 server of the s3 target for a while and starts it again.
+	FaultS3Down Fault = "s3-down"
 )
 
 // AllFaults lists every fault kind, in the order a short run injects them.
 var AllFaults = []Fault{
 	FaultLeaderKill, FaultValkeyMasterKill, FaultGitRefuse, FaultMirrorRedisRestart,
 	FaultFollowerKill, FaultValkeyReplicaRestart, FaultGitSlow, FaultAPIServerRestart, FaultKubeletRestart,
-	FaultSitePodHang,
+	FaultSitePodHang, FaultS3Down,
 }
 
 // Event is one fault injected at an offset from the start of the run.

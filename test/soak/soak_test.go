@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -27,6 +28,8 @@ type soak struct {
 	start   time.Time
 	tenants []*tenant
 	mirror  *mirrorLoad
+	// windowed is the mirrored namespace whose GitTarget holds changes until a CommitRequest.
+	windowed *mirrorLoad
 	// valkeyNodes are the tenant part's Valkey master and replica, by address: a node that is
 	// restarted keeps its place.
 	valkeyNodes []*servers.Process
@@ -63,10 +66,12 @@ func TestSoak(t *testing.T) {
 	t.Logf("seed %d: %d faults over %s (replay with -soak.seed=%d -soak.duration=%s -soak.fault-gap=%s)",
 		*flagSeed, len(plan), *flagDuration, *flagSeed, *flagDuration, *flagGap)
 	c := testenv.APIServer(t)
-	s := &soak{Env: nodeenv.New(t, c, nodeenv.Options{ValkeySentinels: true}), rng: rand.New(rand.NewPCG(*flagSeed, 1))}
+	s := &soak{Env: nodeenv.New(t, c, nodeenv.Options{ValkeySentinels: true, S3: true}), rng: rand.New(rand.NewPCG(*flagSeed, 1))}
 	s.valkeyNodes = append([]*servers.Process{s.ValkeySet.Master}, s.ValkeySet.Replicas...)
 	// Registered before the chart is installed, so it runs after the chart's cleanup.
 	s.dataDir = t.TempDir()
+	// The API server's audit log holds the whole run's writes: it goes once the run ends.
+	t.Cleanup(func() { _ = os.Remove(nodeenv.AuditLog()) })
 	t.Cleanup(func() {
 		for _, p := range s.restarted {
 			_ = p.Stop()
@@ -82,9 +87,12 @@ func TestSoak(t *testing.T) {
 	s.start = time.Now()
 	load.Go(func() { s.pushLoop(ctx) })
 	for _, user := range mirrorUsers {
-		load.Go(func() { s.editLoop(ctx, user) })
+		load.Go(func() { s.editLoop(ctx, s.mirror, user) })
 	}
+	load.Go(func() { s.editLoop(ctx, s.windowed, windowUser) })
+	commits := s.requestCommits(ctx, &load)
 	rollbacks := s.watchRollbacks(ctx, &load)
+	crosstalk := s.watchCrosstalk(ctx, &load)
 	// The reference for memory and goroutines: minute 10 of an hour, the same share of a
 	// shorter run.
 	var reference ManagerSample
@@ -115,12 +123,25 @@ func TestSoak(t *testing.T) {
 			s.canaryPush(t, tn)
 		}
 	}
+	// The windowed target's last changes are committed on request, as a user would, until git
+	// holds all of them (the mirror may see the last edits after a request).
+	if err := s.retry(settleTimeout, func(ctx context.Context) error {
+		if s.matchesCluster(ctx, s.windowed) == nil {
+			return nil
+		}
+		if _, err := s.windowed.commitRequest(ctx, "soak: last changes"); err != nil {
+			return err
+		}
+		return s.matchesCluster(ctx, s.windowed)
+	}); err != nil {
+		t.Errorf("the last CommitRequests: %v", err)
+	}
 	<-sampled
 	report.Load = s.loadCounts(t)
 	if end, ok := s.sampleLeader(t); ok && referenceOK {
 		report.Manager = []ManagerSample{reference, end}
 	}
-	report.Invariants = append(s.checkInvariants(t, report), rollbacks.invariant())
+	report.Invariants = append(s.checkInvariants(t, report), rollbacks.invariant(), crosstalk.invariant(), commits.invariant())
 
 	var table strings.Builder
 	report.Table(&table)
@@ -153,15 +174,15 @@ func (s *soak) pushLoop(ctx context.Context) {
 	}, time.Second)
 }
 
-// editLoop makes one of user's changes every 700 ms until ctx ends.
-func (s *soak) editLoop(ctx context.Context, user string) {
+// editLoop makes one of user's changes in m every 700 ms until ctx ends.
+func (s *soak) editLoop(ctx context.Context, m *mirrorLoad, user string) {
 	s.rngMu.Lock()
 	rng := rand.New(rand.NewPCG(s.rng.Uint64(), s.rng.Uint64()))
 	s.rngMu.Unlock()
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		s.mirror.userEdit(ectx, rng, user)
+		m.userEdit(ectx, rng, user)
 	}, 700*time.Millisecond)
 }
 

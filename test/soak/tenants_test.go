@@ -35,6 +35,9 @@ type tenant struct {
 	// large tenants' sites hold catalog blocks past the compression threshold: stored as
 	// decofile.bin.
 	large bool
+	// s3 tenants' sites are stored as S3 objects (spec.target: s3) that their pods load from
+	// the CDN.
+	s3 bool
 
 	mu sync.Mutex // one git work tree: pushes one at a time
 	// pushed are the commits pushed, oldest first; titles[i] is what pushed[i] says; bad[i]
@@ -116,7 +119,7 @@ func (tn *tenant) pushedIndex(sha string) int {
 func (s *soak) setupTenants(t *testing.T, n int) {
 	ctx := context.Background()
 	for i := range n {
-		tn := &tenant{name: fmt.Sprintf("tenant-%02d", i), progressive: i%4 == 1, large: i%4 == 2}
+		tn := &tenant{name: fmt.Sprintf("tenant-%02d", i), progressive: i%4 == 1, large: i%4 == 2, s3: i%4 == 3}
 		tn.ns = s.Namespace(t, "soak-"+tn.name, map[string]string{decov1alpha1.AnnotationValkeyACL: "true"})
 		tn.repo = s.NewSiteRepo(t, tn.name)
 		if tn.large {
@@ -136,6 +139,9 @@ func (s *soak) setupTenants(t *testing.T, n int) {
 				Git:      &decov1alpha1.GitSource{URL: tn.repo.URL, Ref: "main", Path: "blocks"},
 				Interval: &metav1.Duration{Duration: 10 * time.Second}},
 		}
+		if tn.s3 {
+			df.Spec.Target = decov1alpha1.TargetS3
+		}
 		if tn.progressive {
 			df.Spec.Rollout = &decov1alpha1.RolloutSpec{Steps: []intstr.IntOrString{intstr.FromInt32(1)}, Pause: &metav1.Duration{Duration: 2 * time.Second}}
 		}
@@ -150,7 +156,11 @@ func (s *soak) setupTenants(t *testing.T, n int) {
 		tn.user = string(secret.Data[decov1alpha1.ValkeyACLUsernameKey])
 		sha, _ := tn.last()
 		s.WaitDecofile(t, tn.ns, "site", sha, false)
-		nodeenv.Must(t, s.C.Client.Create(ctx, s.SiteDeployment(tn.ns, "site", "site", 2)), "create the site Deployment of %s", tn.name)
+		site := s.SiteDeployment(tn.ns, "site", "site", 2)
+		if tn.s3 {
+			nodeenv.Must(t, s.S3.TrustCDN(ctx, s.C.Client, site), "trust the CDN in %s", tn.name)
+		}
+		nodeenv.Must(t, s.C.Client.Create(ctx, site), "create the site Deployment of %s", tn.name)
 	}
 	for i, tn := range s.tenants {
 		// Each probe tries the next tenant's key: a read that is not refused is a break.

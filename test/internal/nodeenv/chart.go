@@ -3,6 +3,7 @@ package nodeenv
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -64,7 +65,7 @@ func (e *Env) ChartValues() map[string]any {
 		"author-attribution-route": AuditRoute,
 		"audit-cert-dir":           auditCertDir,
 		"audit-client-ca":          auditCertDir + "/ca.crt",
-		// Required with redis-addr; this API server presents no admission client certificate.
+		// The API server presents the audit client certificate to the admission webhooks too.
 		"commitrequest-webhook-client-ca": auditCertDir + "/ca.crt",
 	}
 	if e.ValkeySet != nil {
@@ -77,13 +78,18 @@ func (e *Env) ChartValues() map[string]any {
 	} else {
 		flags["valkey-url"] = "redis://" + e.Valkey.Addr
 	}
+	secrets := map[string]any{
+		"valkeyAdminPassword": map[string]any{"name": "valkey-admin", "key": "password"},
+		"redisPassword":       map[string]any{"name": "mirror-redis", "key": "password"},
+	}
+	if e.S3 != nil {
+		maps.Copy(flags, e.S3.chartFlags())
+		secrets["s3Credentials"] = map[string]any{"name": s3CredentialsSecret}
+	}
 	return map[string]any{
-		"image": map[string]any{"repository": repo, "tag": tag, "pullPolicy": "Never"},
-		"flags": flags,
-		"secrets": map[string]any{
-			"valkeyAdminPassword": map[string]any{"name": "valkey-admin", "key": "password"},
-			"redisPassword":       map[string]any{"name": "mirror-redis", "key": "password"},
-		},
+		"image":             map[string]any{"repository": repo, "tag": tag, "pullPolicy": "Never"},
+		"flags":             flags,
+		"secrets":           secrets,
 		"extraVolumes":      []any{map[string]any{"name": "audit-certs", "secret": map[string]any{"secretName": "audit-certs"}}},
 		"extraVolumeMounts": []any{map[string]any{"name": "audit-certs", "mountPath": auditCertDir, "readOnly": true}},
 	}
@@ -103,11 +109,16 @@ func (e *Env) InstallChart(t *testing.T, values map[string]any) {
 		Must(t, err, "read audit certificate")
 		certs[f] = b
 	}
-	for _, s := range []*corev1.Secret{
+	secrets := []*corev1.Secret{
 		{ObjectMeta: metav1.ObjectMeta{Name: "audit-certs", Namespace: e.Release}, Data: certs},
 		{ObjectMeta: metav1.ObjectMeta{Name: "valkey-admin", Namespace: e.Release}, StringData: map[string]string{"password": e.ValkeyPassword}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "mirror-redis", Namespace: e.Release}, StringData: map[string]string{"password": e.RedisPassword}},
-	} {
+	}
+	if e.S3 != nil {
+		secrets = append(secrets, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: s3CredentialsSecret, Namespace: e.Release},
+			StringData: map[string]string{"AWS_ACCESS_KEY_ID": e.S3.AccessKey, "AWS_SECRET_ACCESS_KEY": e.S3.SecretKey}})
+	}
+	for _, s := range secrets {
 		Must(t, e.C.Client.Create(ctx, s), "create Secret %s", s.Name)
 	}
 

@@ -30,6 +30,9 @@ type Options struct {
 	// ValkeySentinels runs the tenant part's Valkey as a master, one replica and three
 	// Sentinels (ValkeySet) instead of one server.
 	ValkeySentinels bool
+	// S3 runs an S3 server and a CDN in front of it for the Decofile s3 target (Env.S3); the
+	// chart is configured for them.
+	S3 bool
 }
 
 // Env is the API server, the node, and the servers the pods reach.
@@ -48,6 +51,8 @@ type Env struct {
 	ValkeySet *servers.SentinelSet
 	// Redis holds the mirror's cursors and attribution facts.
 	Redis *servers.Process
+	// S3 is the s3 target's server and CDN, with Options.S3.
+	S3 *S3
 	// The default users' passwords of Valkey and Redis: pods reach both servers, and only the
 	// manager may use them as anything but a tenant's ACL user.
 	ValkeyPassword, RedisPassword string
@@ -86,6 +91,9 @@ func New(t *testing.T, c *testenv.Cluster, o Options) *Env {
 		e.Valkey = testenv.Redis(t, servers.RedisOptions{Host: e.N.IP, Password: e.ValkeyPassword})
 	}
 	e.Redis = testenv.Redis(t, servers.RedisOptions{Host: e.N.IP, Password: e.RedisPassword})
+	if o.S3 {
+		e.S3 = startS3(t, e.N.IP)
+	}
 	return e
 }
 

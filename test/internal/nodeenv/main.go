@@ -36,7 +36,13 @@ var (
 	// auditCerts is the audit receiver's serving certificate (for 127.0.0.1, the address the API
 	// server dials) and the API server's client certificate, made when the API server starts.
 	auditCerts *servers.MTLS
+	// auditLog is the file the API server writes its audit events to as well (JSON lines).
+	auditLog string
 )
+
+// AuditLog is the API server's audit log file (--audit-log-path, JSON lines, the audit policy
+// of the webhook), for a replay with `siteops mirror verify`.
+func AuditLog() string { return auditLog }
 
 // Main starts the package's API server with what a node needs and an audit webhook to the
 // relay, runs the tests, and stops everything; call it from TestMain.
@@ -71,6 +77,19 @@ func Main(m *testing.M) {
 			return
 		}
 		aw.Configure(env)
+		// The API server presents the same client certificate to the admission webhooks, so the
+		// CommitRequest webhook (its CA is the chart's commitrequest-webhook-client-ca) admits it.
+		ac, err := servers.WriteAdmissionClient(dir, certs, "*")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "nodeenv: admission client configuration:", err)
+			return
+		}
+		ac.Configure(env)
+		// Also to a file, for `siteops mirror verify` (AuditLog).
+		auditLog = filepath.Join(dir, "audit.log")
+		args := env.ControlPlane.GetAPIServer().Configure()
+		args.Set("audit-log-path", auditLog)
+		args.Set("audit-log-format", "json")
 		auditCerts = certs
 	}
 	testenv.Main(m, opts)
