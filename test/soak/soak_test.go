@@ -141,7 +141,7 @@ func TestSoak(t *testing.T) {
 	if end, ok := s.sampleLeader(t); ok && referenceOK {
 		report.Manager = []ManagerSample{reference, end}
 	}
-	report.Invariants = append(s.checkInvariants(t, report), rollbacks.invariant(), crosstalk.invariant(), commits.invariant())
+	report.Invariants = append(s.checkInvariants(t, report), rollbacks.invariant(), crosstalk.invariant(), commits.invariant(report.Faults))
 
 	var table strings.Builder
 	report.Table(&table)
