@@ -14,23 +14,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-)
 
-// Counts are what a looping probe has seen since it started, served as JSON.
-type Counts struct {
-	User string `json:"user"`
-	// OwnOK and OwnFailed count rounds of writing and reading back the probe's own key.
-	OwnOK     int64 `json:"ownOK"`
-	OwnFailed int64 `json:"ownFailed"`
-	// LockoutMaxMillis is the longest time the probe could not use its own key, from its first
-	// failed round to the next good one.
-	LockoutMaxMillis int64 `json:"lockoutMaxMillis"`
-	// OtherRefused counts reads of the other tenant's key refused with NOPERM; OtherRead counts
-	// reads that returned anything else but an error: a break of the isolation.
-	OtherRefused int64  `json:"otherRefused"`
-	OtherRead    int64  `json:"otherRead"`
-	LastError    string `json:"lastError,omitempty"`
-}
+	"github.com/siteops/siteops/test/cacheprobe/result"
+)
 
 // loop uses the cache every 200 ms until ctx ends, serving the counts at listen.
 func loop(ctx context.Context, listen, addr, sentinels, master, other string) error {
@@ -46,7 +32,7 @@ func loop(ctx context.Context, listen, addr, sentinels, master, other string) er
 	}
 	defer c.Close()
 	var mu sync.Mutex
-	counts := Counts{User: user}
+	counts := result.Counts{User: user}
 	l, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", listen, err)

@@ -20,23 +20,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-)
 
-// Result is the line the probe prints, as JSON.
-type Result struct {
-	// User is the username the pod was given.
-	User string `json:"user"`
-	// Auth is "ok" or the error of authenticating.
-	Auth string `json:"auth"`
-	// OwnWrite and OwnRead are the answers for the key <user>:probe.
-	OwnWrite string `json:"ownWrite"`
-	OwnRead  string `json:"ownRead"`
-	// OtherRead and OtherWrite are the answers for the other tenant's key.
-	OtherRead  string `json:"otherRead"`
-	OtherWrite string `json:"otherWrite"`
-	// Anonymous is the answer to a command sent without credentials (the default user).
-	Anonymous string `json:"anonymous"`
-}
+	"github.com/siteops/siteops/test/cacheprobe/result"
+)
 
 func main() {
 	addr := flag.String("addr", "", "host:port of the Valkey server")
@@ -60,8 +46,8 @@ func main() {
 	<-ctx.Done()
 }
 
-func run(addr, other string) Result {
-	r := Result{User: os.Getenv("LOADER_CACHE_REDIS_USERNAME")}
+func run(addr, other string) result.Result {
+	r := result.Result{User: os.Getenv("LOADER_CACHE_REDIS_USERNAME")}
 	c := redis.NewClient(&redis.Options{
 		Addr: addr, Username: r.User, Password: os.Getenv("LOADER_CACHE_REDIS_PASSWORD"),
 		DialTimeout: 3 * time.Second, MaxRetries: -1,

@@ -12,19 +12,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/test/cacheprobe/result"
 	"github.com/siteops/siteops/test/internal/nodeenv"
 )
-
-// probeResult is the line test/e2e/cacheprobe prints.
-type probeResult struct {
-	User       string `json:"user"`
-	Auth       string `json:"auth"`
-	OwnWrite   string `json:"ownWrite"`
-	OwnRead    string `json:"ownRead"`
-	OtherRead  string `json:"otherRead"`
-	OtherWrite string `json:"otherWrite"`
-	Anonymous  string `json:"anonymous"`
-}
 
 // tenantCache is step 5: a pod of the site namespace, given the valkey-acl Secret by the
 // injection webhook (envFrom), authenticates to Valkey as its tenant, uses its own keys, and is
@@ -62,7 +52,7 @@ func (e *env) tenantCache(t *testing.T) {
 	start := time.Now()
 	nodeenv.Must(t, e.C.Client.Create(ctx, d), "create the probe Deployment")
 	var pod corev1.Pod
-	var r probeResult
+	var r result.Result
 	nodeenv.WaitFor(t, 60*time.Second, "the probe pod's result", func(ctx context.Context) error {
 		var list corev1.PodList
 		if err := e.C.Client.List(ctx, &list, client.InNamespace(e.siteNS), client.MatchingLabels(labels)); err != nil {

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/test/cacheprobe/result"
 	"github.com/siteops/siteops/test/internal/nodeenv"
 )
 
@@ -28,22 +29,11 @@ const settleTimeout = 3 * time.Minute
 // shorter runs report them.
 const stableAfter = 20 * time.Minute
 
-// probeCounts is what a cache probe pod serves (test/cacheprobe's Counts).
-type probeCounts struct {
-	User             string `json:"user"`
-	OwnOK            int64  `json:"ownOK"`
-	OwnFailed        int64  `json:"ownFailed"`
-	LockoutMaxMillis int64  `json:"lockoutMaxMillis"`
-	OtherRefused     int64  `json:"otherRefused"`
-	OtherRead        int64  `json:"otherRead"`
-	LastError        string `json:"lastError"`
-}
-
 var httpClient = &http.Client{Timeout: 5 * time.Second}
 
 // probes reads every tenant's cache probe.
-func (s *soak) probes(ctx context.Context) (map[string]probeCounts, error) {
-	out := map[string]probeCounts{}
+func (s *soak) probes(ctx context.Context) (map[string]result.Counts, error) {
+	out := map[string]result.Counts{}
 	for _, tn := range s.tenants {
 		pods, err := s.ReadyPodsNow(ctx, tn.ns, "cacheprobe")
 		if err != nil {
@@ -57,7 +47,7 @@ func (s *soak) probes(ctx context.Context) (map[string]probeCounts, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s's probe: %w", tn.name, err)
 		}
-		var c probeCounts
+		var c result.Counts
 		err = json.NewDecoder(resp.Body).Decode(&c)
 		_ = resp.Body.Close()
 		if err != nil {
