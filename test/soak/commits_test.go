@@ -37,8 +37,14 @@ func (m *mirrorLoad) commitRequest(ctx context.Context, message string) (commitO
 		Spec:       mirrorv1alpha1.CommitRequestSpec{TargetRef: mirrorv1alpha1.TargetReference{Name: "main"}, Message: message},
 	}
 	start := time.Now()
-	if err := c.Create(ctx, cr); err != nil {
-		return out, fmt.Errorf("create a CommitRequest as %s: %w", windowUser, err)
+	// A user retries a create the API server did not take: while it restarts the connection is
+	// refused, and for a moment after, its RBAC authorizer has not read the bindings yet.
+	var createErr error
+	if err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		createErr = c.Create(ctx, cr)
+		return createErr == nil, nil
+	}); err != nil {
+		return out, fmt.Errorf("create a CommitRequest as %s: %w", windowUser, createErr)
 	}
 	var last *metav1.Condition
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
