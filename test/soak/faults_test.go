@@ -77,6 +77,7 @@ func (s *soak) inject(t *testing.T, f Fault) FaultResult {
 	}
 	// Every fault is also judged by the next rollout and the next mirror commit after it.
 	idx, tn := s.canaryPush(t, s.tenants[s.intN(len(s.tenants))])
+	res.Canary = tn.name
 	if idx >= 0 {
 		measure("next rollout", func(ctx context.Context) error { return s.rolledOutSince(ctx, tn, idx) })
 	}

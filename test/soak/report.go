@@ -47,6 +47,8 @@ type FaultResult struct {
 	// ended it did; a missing entry did not recover in time.
 	Recovery map[string]time.Duration `json:"recovery"`
 	Error    string                   `json:"error,omitempty"`
+	// Canary is the tenant the next rollout after the fault was measured on.
+	Canary string `json:"canary,omitempty"`
 }
 
 // Invariant is one property of the run and whether it held.

@@ -108,7 +108,7 @@ func TestSoak(t *testing.T) {
 			time.Sleep(wait)
 		}
 		res := s.inject(t, ev.Fault)
-		t.Logf("%s %s: recovered %v %s", res.At.Round(time.Second), res.Fault, res.Recovery, res.Error)
+		t.Logf("%s %s: recovered %v (canary %s) %s", res.At.Round(time.Second), res.Fault, res.Recovery, res.Canary, res.Error)
 		report.Faults = append(report.Faults, res)
 	}
 	if wait := time.Until(s.start.Add(*flagDuration)); wait > 0 {
