@@ -210,8 +210,8 @@ func (s *soak) largeStoredAsBin(ctx context.Context) error {
 			continue
 		}
 		large++
-		var df decov1alpha1.Decofile
-		if err := s.C.Client.Get(ctx, client.ObjectKey{Namespace: tn.ns, Name: "site"}, &df); err != nil {
+		df, err := s.siteDecofile(ctx, tn)
+		if err != nil {
 			return err
 		}
 		if df.Status.Format != decov1alpha1.FormatBin {
@@ -237,8 +237,8 @@ func (s *soak) s3ObjectsHoldLastContent(ctx context.Context) error {
 			continue
 		}
 		n++
-		var df decov1alpha1.Decofile
-		if err := s.C.Client.Get(ctx, client.ObjectKey{Namespace: tn.ns, Name: "site"}, &df); err != nil {
+		df, err := s.siteDecofile(ctx, tn)
+		if err != nil {
 			return err
 		}
 		if df.Status.S3URL == "" {
@@ -271,8 +271,8 @@ func (s *soak) s3ObjectsHoldLastContent(ctx context.Context) error {
 // hash, which says the tenant's last title and names no other tenant.
 func (s *soak) podsServeLastContent(ctx context.Context) error {
 	for _, tn := range s.tenants {
-		var df decov1alpha1.Decofile
-		if err := s.C.Client.Get(ctx, client.ObjectKey{Namespace: tn.ns, Name: "site"}, &df); err != nil {
+		df, err := s.siteDecofile(ctx, tn)
+		if err != nil {
 			return err
 		}
 		pods, err := s.ReadyPodsNow(ctx, tn.ns, "site")

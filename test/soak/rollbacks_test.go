@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/decofile/rollout"
@@ -44,11 +43,11 @@ func (w *rollbackWatch) look(ctx context.Context) {
 		if !tn.progressive {
 			continue
 		}
-		var df decov1alpha1.Decofile
-		if err := w.s.C.Client.Get(ctx, client.ObjectKey{Namespace: tn.ns, Name: "site"}, &df); err != nil {
+		df, err := w.s.siteDecofile(ctx, tn)
+		if err != nil {
 			continue // the API server may be restarting
 		}
-		w.note(tn, &df)
+		w.note(tn, df)
 	}
 }
 

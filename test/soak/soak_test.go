@@ -204,11 +204,18 @@ func (s *soak) retry(timeout time.Duration, check func(context.Context) error) e
 	}
 }
 
+// siteDecofile is the tenant's Decofile "site".
+func (s *soak) siteDecofile(ctx context.Context, tn *tenant) (*decov1alpha1.Decofile, error) {
+	var df decov1alpha1.Decofile
+	err := s.C.Client.Get(ctx, client.ObjectKey{Namespace: tn.ns, Name: "site"}, &df)
+	return &df, err
+}
+
 // decofileCommit is the commit the tenant's Decofile is Ready at (with notified, also with
 // every pod notified of it).
 func (s *soak) decofileCommit(ctx context.Context, tn *tenant, notified bool) (string, error) {
-	var df decov1alpha1.Decofile
-	if err := s.C.Client.Get(ctx, client.ObjectKey{Namespace: tn.ns, Name: "site"}, &df); err != nil {
+	df, err := s.siteDecofile(ctx, tn)
+	if err != nil {
 		return "", err
 	}
 	if ready := meta.FindStatusCondition(df.Status.Conditions, decov1alpha1.ConditionReady); ready == nil || ready.Status != metav1.ConditionTrue {
