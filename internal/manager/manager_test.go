@@ -177,9 +177,10 @@ func TestCacheTrimsDecofiles(t *testing.T) {
 	}
 	var cm metav1.PartialObjectMetadata
 	cm.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
-	if err := mgr.GetClient().Get(ctx, client.ObjectKey{Namespace: ns, Name: df.ConfigMapName()}, &cm); err != nil {
-		t.Fatal(err)
-	}
+	// The API server holds the ConfigMap; the manager's cache may see it a moment later.
+	testenv.Eventually(t, 30*time.Second, func() error {
+		return mgr.GetClient().Get(ctx, client.ObjectKey{Namespace: ns, Name: df.ConfigMapName()}, &cm)
+	})
 	if len(cm.ManagedFields) != 0 {
 		t.Errorf("cached ConfigMap metadata holds %d managedFields entries", len(cm.ManagedFields))
 	}
