@@ -60,10 +60,14 @@ type Invariant struct {
 
 // ManagerSample is the leader manager's memory and goroutines at one moment of the run.
 type ManagerSample struct {
-	At         time.Duration `json:"at"`
-	Pod        string        `json:"pod"`
-	HeapBytes  float64       `json:"heapBytes"`
-	Goroutines float64       `json:"goroutines"`
+	At  time.Duration `json:"at"`
+	Pod string        `json:"pod"`
+	// LiveHeapBytes is the heap the last GC found live (go_gc_heap_live_bytes): what the
+	// manager keeps, whatever garbage is waiting for the next cycle.
+	LiveHeapBytes float64 `json:"liveHeapBytes"`
+	// HeapBytes is the heap in use at that moment, garbage included (go_memstats_heap_inuse_bytes).
+	HeapBytes  float64 `json:"heapBytes"`
+	Goroutines float64 `json:"goroutines"`
 }
 
 // Failed lists the invariants that did not hold.
@@ -114,6 +118,7 @@ func (r *Report) Table(w io.Writer) {
 	}
 	_ = tw.Flush()
 	for _, m := range r.Manager {
-		fmt.Fprintf(w, "manager %s at %s: heap %.1f MiB, %.0f goroutines\n", m.Pod, m.At.Round(time.Second), m.HeapBytes/(1<<20), m.Goroutines)
+		fmt.Fprintf(w, "manager %s at %s: live heap %.1f MiB (in use %.1f MiB), %.0f goroutines\n", m.Pod, m.At.Round(time.Second),
+			m.LiveHeapBytes/(1<<20), m.HeapBytes/(1<<20), m.Goroutines)
 	}
 }
