@@ -82,6 +82,9 @@ func TestMirrorsChangesIntoGit(t *testing.T) {
 		if gt.Status.SkippedSecrets != 1 || gt.Status.LastPushedCommit == "" || gt.Status.WatchedStreams < 3 {
 			return fmt.Errorf("status: %+v", gt.Status)
 		}
+		if h := gt.Status.History; len(h) == 0 || h[0].Commit != gt.Status.LastPushedCommit || h[0].Result != "Pushed" {
+			return fmt.Errorf("history %+v does not start with the last push %s", h, gt.Status.LastPushedCommit)
+		}
 		return nil
 	})
 	var excluded []string

@@ -197,6 +197,10 @@ type DecofileSpec struct {
 	// Silent stores new content without notifying running pods.
 	// +optional
 	Silent bool `json:"silent,omitempty"`
+	// Suspend stops delivery until it is unset: the source is not read, nothing is stored and no
+	// pod is notified; what is stored stays and injection goes on (siteops suspend / resume).
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
 	// Interval is how often a branch or tag is re-resolved. A commit SHA is never polled.
 	// At least 10s: every poll asks the remote, so a tiny interval would hammer it.
 	// +kubebuilder:default="1m0s"
@@ -251,6 +255,30 @@ type RolloutStatus struct {
 	// to it again does not even download it.
 	// +optional
 	FailedCommit string `json:"failedCommit,omitempty"`
+	// Behind lists pods that did not confirm this rollout's content, with why: the first
+	// MaxPodsBehind of them (Failed counts them all).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=20
+	Behind []PodBehind `json:"behind,omitempty"`
+}
+
+// MaxPodsBehind bounds status.rollout.behind, so a rollout to thousands of pods keeps a small status.
+const MaxPodsBehind = 20
+
+// PodBehind is a pod that did not confirm a rollout's content.
+type PodBehind struct {
+	// Name of the pod.
+	Name string `json:"name"`
+	// Reason the pod did not confirm it: refused, timed out, answered an error.
+	// +kubebuilder:validation:MaxLength=256
+	Reason string `json:"reason"`
+	// HTTPStatus is the last status the pod answered; 0 when it never answered.
+	// +optional
+	HTTPStatus int32 `json:"httpStatus,omitempty"`
+	// Attempts is how many times the pod was sent the content.
+	// +optional
+	Attempts int32 `json:"attempts,omitempty"`
 }
 
 // StoredContent describes a content version as it was stored: the last one every pod confirmed
@@ -345,6 +373,36 @@ type DecofileStatus struct {
 	// LastGood is the last content every pod confirmed under spec.rollout, kept for a rollback.
 	// +optional
 	LastGood *StoredContent `json:"lastGood,omitempty"`
+	// History lists how the last rollouts to the pods ended, newest first (at most MaxHistory).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=5
+	History []RolloutRecord `json:"history,omitempty"`
+}
+
+// MaxHistory bounds status.history.
+const MaxHistory = 5
+
+// RolloutRecord is how one rollout of a Decofile's content to its pods ended.
+type RolloutRecord struct {
+	// ID names the version: commit:<sha> or timestamp:<ts>.
+	ID string `json:"id"`
+	// ContentHash is the SHA-256 (hex) of the content rolled out.
+	ContentHash string `json:"contentHash"`
+	// Result is Succeeded, Failed or RolledBack.
+	Result string `json:"result"`
+	// FinishedAt is when the rollout ended.
+	FinishedAt metav1.Time `json:"finishedAt"`
+	// Duration of the rollout.
+	// +optional
+	Duration *metav1.Duration `json:"duration,omitempty"`
+	// Pods the rollout addressed.
+	Pods int32 `json:"pods"`
+	// PodsConfirmed loaded the content.
+	PodsConfirmed int32 `json:"podsConfirmed"`
+	// Count is how many rollouts in a row ended this way for this version (retries of a failed
+	// one count here rather than pushing older entries out).
+	Count int32 `json:"count"`
 }
 
 // Decofile is the configuration of one Deco site, delivered to its pods.
@@ -362,6 +420,7 @@ type DecofileStatus struct {
 // +kubebuilder:printcolumn:name="Format",type=string,JSONPath=`.status.format`
 // +kubebuilder:printcolumn:name="Size",type=integer,JSONPath=`.status.storedBytes`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Suspended",type=boolean,JSONPath=`.spec.suspend`
 // +kubebuilder:printcolumn:name="Notified",type=string,priority=1,JSONPath=`.status.conditions[?(@.type=="PodsNotified")].status`
 // +kubebuilder:printcolumn:name="Step",type=integer,priority=1,JSONPath=`.status.rollout.step`
 // +kubebuilder:printcolumn:name="Rollout",type=string,priority=1,JSONPath=`.status.rollout.phase`

@@ -219,6 +219,28 @@ type GitTargetStatus struct {
 	// Excluded lists resources the rules matched that are not mirrored.
 	// +optional
 	Excluded []ExcludedResource `json:"excluded,omitempty"`
+	// History lists the last pushes and push failures the status recorded, newest first (at
+	// most MaxHistory).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=5
+	History []PushRecord `json:"history,omitempty"`
+}
+
+// MaxHistory bounds status.history.
+const MaxHistory = 5
+
+// PushRecord is one push of a GitTarget's branch, or a failure to push.
+type PushRecord struct {
+	// Commit pushed (empty for a failure).
+	// +optional
+	Commit string `json:"commit,omitempty"`
+	// Result is Pushed, or the Ready reason of the failure (PushFailed, RemoteNotAllowed…).
+	Result string `json:"result"`
+	// Time of the push, or when the failure was first recorded.
+	Time metav1.Time `json:"time"`
+	// Count is how many times in a row this failure was recorded; 1 for a push.
+	Count int32 `json:"count"`
 }
 
 // GitTarget is a branch and folder of a GitProvider that watched resources are mirrored into.

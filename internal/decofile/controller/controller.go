@@ -61,6 +61,8 @@ const (
 	// ReasonConfigMapRestored (Warning Event): the ConfigMap did not hold what the operator
 	// stored (changed outside the operator) and was rewritten.
 	ReasonConfigMapRestored = "ConfigMapRestored"
+	// ReasonSuspended (Normal Event): spec.suspend is set, so nothing was read or stored.
+	ReasonSuspended = "Suspended"
 	// ReasonReloadTokenRecreated (Warning Event): the reload Secret was gone and was recreated
 	// with a new token; the workloads using it were restarted so their pods get it.
 	ReasonReloadTokenRecreated = "ReloadTokenRecreated"
@@ -257,6 +259,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, fmt.Errorf("get Decofile %s: %w", req, err)
 	}
 	if df.DeletionTimestamp != nil {
+		return ctrl.Result{}, nil
+	}
+	if df.Spec.Suspend {
+		// Nothing is read, stored or restored until it is resumed; the resume's spec change
+		// reconciles it again.
+		r.recorder.Eventf(&df, nil, corev1.EventTypeNormal, ReasonSuspended, "Deliver", "delivery is suspended: spec.suspend is set")
+		log.V(1).Info("suspended")
 		return ctrl.Result{}, nil
 	}
 	supported := df.TargetOrDefault().Supported()

@@ -130,6 +130,10 @@ func Evaluate(df *decov1alpha1.Decofile, want string) Verdict {
 		want = "commit:" + full
 	}
 	v := Verdict{ID: want}
+	if df.Spec.Suspend {
+		v.Outcome, v.Message = Failed, "the Decofile is suspended (spec.suspend: true): nothing is delivered until it is resumed (siteops resume decofile/"+df.Name+")"
+		return v
+	}
 	if df.Spec.Silent {
 		v.Outcome, v.Message = Failed, "the Decofile is silent (spec.silent: true): pods are not notified, so no rollout can be confirmed"
 		return v

@@ -221,6 +221,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.stopRunner(key)
 		return ctrl.Result{}, nil
 	}
+	if df.Spec.Suspend {
+		// Suspended: no pod is notified until it is resumed; a rollout under way stops and
+		// starts again on resume.
+		r.stopRunner(key)
+		return ctrl.Result{}, nil
+	}
 	if df.Spec.Silent {
 		// Silent: no notifications, and no PodsNotified condition that would suggest otherwise.
 		r.stopRunner(key)
@@ -385,6 +391,7 @@ func confirmed(id, hash string, p notify.Progress, startedAt, finished metav1.Ti
 		setCondition(d, metav1.ConditionTrue, decov1alpha1.ReasonNotificationSucceeded, "Successfully notified all pods for "+id)
 		d.Status.NotifiedHash = hash
 		d.Status.Rollout = summary(id, p, &startedAt, &finished) // finishedAt always changes
+		recordHistory(d, d.Status.Rollout, hash, ResultSucceeded, finished)
 		return true
 	}
 }
@@ -451,7 +458,7 @@ func (r *Reconciler) superseded(ctx context.Context, key client.ObjectKey, hash 
 	if err := r.client.Get(ctx, key, &cur); err != nil {
 		return apierrors.IsNotFound(err)
 	}
-	return cur.DeletionTimestamp != nil || cur.Spec.Silent || cur.Status.ContentHash != hash
+	return cur.DeletionTimestamp != nil || cur.Spec.Silent || cur.Spec.Suspend || cur.Status.ContentHash != hash
 }
 
 // fail records PodsNotified=False with reason and message and returns the backoff before the retry.
@@ -459,13 +466,16 @@ func (r *Reconciler) fail(ctx context.Context, df *decov1alpha1.Decofile, id, ha
 	rolloutsTotal.WithLabelValues("failed").Inc()
 	startedAt, finished := metav1.NewTime(start), metav1.Now()
 	p := notify.Progress{}
+	var behind []decov1alpha1.PodBehind
 	if res != nil {
-		p = res.Progress
+		p, behind = res.Progress, podsBehind(*res)
 	}
 	msg := fmt.Sprintf("Failed to notify pods for %s: %s", id, detail)
 	err := r.patchStatus(ctx, client.ObjectKeyFromObject(df), func(d *decov1alpha1.Decofile) bool {
 		setCondition(d, metav1.ConditionFalse, reason, msg)
 		d.Status.Rollout = summary(id, p, &startedAt, &finished)
+		d.Status.Rollout.Behind = behind
+		recordHistory(d, d.Status.Rollout, hash, ResultFailed, finished)
 		return true
 	})
 	wait := r.recordFailure(client.ObjectKeyFromObject(df).String(), hash)

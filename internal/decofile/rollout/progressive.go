@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -196,7 +197,7 @@ func (r *Reconciler) recordStep(ctx context.Context, run *stepRun, step, steps, 
 		next := *ro
 		next.Step, next.Steps, next.Updated, next.Phase = step, steps, updated, phase
 		next.Total, next.Notified, next.Failed, next.Skipped = int32(run.acc.Total), int32(run.acc.Notified), int32(run.acc.Failed), int32(run.acc.Skipped)
-		if next == *ro {
+		if equality.Semantic.DeepEqual(next, *ro) {
 			return false
 		}
 		d.Status.Rollout = &next
@@ -224,6 +225,7 @@ func (r *Reconciler) succeedSteps(ctx context.Context, run *stepRun, steps int32
 		ro := summary(run.id, run.acc, &run.startedAt, &finished)
 		ro.Step, ro.Steps, ro.Updated, ro.Phase = steps, steps, int32(run.acc.Notified), PhaseSucceeded
 		d.Status.Rollout = ro
+		recordHistory(d, ro, run.hash, ResultSucceeded, finished)
 		return true
 	})); err != nil {
 		log.Info("could not record the rollout result; will retry", "error", err.Error())

@@ -267,6 +267,9 @@ func TestBadPublishIsRolledBack(t *testing.T) {
 		if ro := got.Status.Rollout; ro == nil || ro.FailedHash != badHash || ro.Phase != rollout.PhaseRolledBack || ro.Step != 1 {
 			t.Fatalf("rollout status %+v", ro)
 		}
+		if h := got.Status.History; len(h) == 0 || h[0].Result != rollout.ResultRolledBack || h[0].ContentHash != badHash {
+			t.Fatalf("history after the rollback %+v", h)
+		}
 		if got.Status.ContentHash != goodHash || got.Status.NotifiedHash != goodHash {
 			t.Fatalf("status names content %s (notified %s), want the good %s", got.Status.ContentHash, got.Status.NotifiedHash, goodHash)
 		}

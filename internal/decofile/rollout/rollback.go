@@ -179,6 +179,11 @@ func (r *Reconciler) endRollback(ctx context.Context, df *decov1alpha1.Decofile,
 			next := *ro
 			next.Phase, next.FinishedAt = phase, &finished
 			d.Status.Rollout = &next
+			result := ResultRolledBack
+			if phase == PhaseFailed {
+				result = ResultFailed
+			}
+			recordHistory(d, &next, next.FailedHash, result, finished)
 		}
 		return true
 	})

@@ -444,6 +444,14 @@ func TestFailingPodIsRetriedUntilItRecovers(t *testing.T) {
 	if ro := got.Status.Rollout; ro == nil || ro.Failed != 1 || ro.Notified != 1 {
 		t.Fatalf("rollout %+v", ro)
 	}
+	if h := got.Status.History; len(h) == 0 || h[0].Result != rollout.ResultFailed || h[0].ID != "commit:"+commit || h[0].PodsConfirmed != 1 {
+		t.Fatalf("history after the failure %+v", h)
+	}
+	// The status names the pod behind and why, so nobody has to ask the pods.
+	if b := got.Status.Rollout.Behind; len(b) != 1 || b[0].Name != "blog-b" || b[0].HTTPStatus != http.StatusServiceUnavailable ||
+		!strings.Contains(b[0].Reason, "HTTP 503") || b[0].Attempts != 1 {
+		t.Fatalf("pods behind %+v", b)
+	}
 	// Waiting now, while failed, answers "failed".
 	if v, err := e.startWait(df, "commit:"+commit, 10*time.Second).result(t); err != nil || v.Outcome != follow.Failed {
 		t.Fatalf("wait on a failed rollout: %+v %v", v, err)
@@ -456,8 +464,11 @@ func TestFailingPodIsRetriedUntilItRecovers(t *testing.T) {
 	generation := got.Generation
 	broken.Store(false)
 	got = e.podsNotified(df, metav1.ConditionTrue, "Successfully notified all pods for commit:"+commit, 20*time.Second)
-	if got.Generation != generation || got.Status.NotifiedHash != encode.Hash(content) {
-		t.Fatalf("generation %d→%d, notifiedHash %q", generation, got.Generation, got.Status.NotifiedHash)
+	if got.Generation != generation || got.Status.NotifiedHash != encode.Hash(content) || len(got.Status.Rollout.Behind) != 0 {
+		t.Fatalf("generation %d→%d, notifiedHash %q, pods behind %+v", generation, got.Generation, got.Status.NotifiedHash, got.Status.Rollout.Behind)
+	}
+	if h := got.Status.History; len(h) != 2 || h[0].Result != rollout.ResultSucceeded || h[0].PodsConfirmed != 2 || h[1].Result != rollout.ResultFailed {
+		t.Fatalf("history after the recovery %+v", h)
 	}
 	if bad.rt.Current().Hash != encode.Hash(content) {
 		t.Fatal("the recovered pod did not get the content")
@@ -496,6 +507,9 @@ func TestPodDeletedMidRolloutAndWrongToken(t *testing.T) {
 		got := e.podsNotified(df, metav1.ConditionFalse, "promo-b: HTTP 401: the pod rejected the reload token", 20*time.Second)
 		if stale.rt.Reloads() != 0 || got.Status.NotifiedHash != "" {
 			t.Fatal("a pod with the wrong token took the content, or the rollout was recorded")
+		}
+		if b := got.Status.Rollout.Behind; len(b) != 1 || b[0].Name != "promo-b" || b[0].HTTPStatus != http.StatusUnauthorized {
+			t.Fatalf("pods behind %+v", b)
 		}
 	})
 }

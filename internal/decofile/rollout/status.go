@@ -2,7 +2,9 @@ package rollout
 
 import (
 	"context"
+	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,9 +16,49 @@ import (
 	"github.com/siteops/siteops/internal/decofile/notify"
 )
 
+// summary is the status of rollout id with counts p.
 func summary(id string, p notify.Progress, started, finished *metav1.Time) *decov1alpha1.RolloutStatus {
 	return &decov1alpha1.RolloutStatus{ID: id, Total: int32(p.Total), Notified: int32(p.Notified), Failed: int32(p.Failed),
 		Skipped: int32(p.Skipped), StartedAt: started, FinishedAt: finished}
+}
+
+// Results recorded in status.history.
+const (
+	ResultSucceeded  = "Succeeded"
+	ResultFailed     = "Failed"
+	ResultRolledBack = "RolledBack"
+)
+
+// recordHistory puts the end of rollout ro (of content hash) first in status.history, keeping
+// MaxHistory entries; a rollout that ends as the newest entry did (same version, same result)
+// is counted in it.
+func recordHistory(d *decov1alpha1.Decofile, ro *decov1alpha1.RolloutStatus, hash, result string, finished metav1.Time) {
+	rec := decov1alpha1.RolloutRecord{ID: ro.ID, ContentHash: hash, Result: result, FinishedAt: finished, Pods: ro.Total, PodsConfirmed: ro.Notified, Count: 1}
+	if ro.StartedAt != nil {
+		rec.Duration = &metav1.Duration{Duration: finished.Sub(ro.StartedAt.Time).Round(time.Millisecond)}
+	}
+	h := d.Status.History
+	if len(h) > 0 && h[0].ID == rec.ID && h[0].ContentHash == hash && h[0].Result == result {
+		rec.Count = h[0].Count + 1
+		h = h[1:]
+	}
+	d.Status.History = append([]decov1alpha1.RolloutRecord{rec}, h[:min(len(h), decov1alpha1.MaxHistory-1)]...)
+}
+
+// podsBehind is the first MaxPodsBehind failed pods of res, with their reasons.
+func podsBehind(res notify.Result) []decov1alpha1.PodBehind {
+	var out []decov1alpha1.PodBehind
+	for _, p := range res.FailedPods() {
+		if len(out) == decov1alpha1.MaxPodsBehind {
+			break
+		}
+		reason := p.Reason
+		if len(reason) > 256 {
+			reason = reason[:253] + "..."
+		}
+		out = append(out, decov1alpha1.PodBehind{Name: p.Name, Reason: reason, HTTPStatus: int32(p.Status), Attempts: int32(p.Attempts)})
+	}
+	return out
 }
 
 // recordProgress writes the running counts (the notifier calls it at most about once a second).
@@ -28,7 +70,7 @@ func (r *Reconciler) recordProgress(ctx context.Context, key client.ObjectKey, i
 		}
 		next := *ro
 		next.Total, next.Notified, next.Failed, next.Skipped = int32(p.Total), int32(p.Notified), int32(p.Failed), int32(p.Skipped)
-		if next == *ro {
+		if equality.Semantic.DeepEqual(next, *ro) {
 			return false
 		}
 		d.Status.Rollout = &next
@@ -45,7 +87,7 @@ func beginRollout(id string, total int, startedAt *metav1.Time) func(*decov1alph
 	return func(d *decov1alpha1.Decofile) bool {
 		changed := setCondition(d, metav1.ConditionUnknown, decov1alpha1.ReasonNotificationInProgress, "Notifying pods for "+id)
 		ro := &decov1alpha1.RolloutStatus{ID: id, Total: int32(total), StartedAt: startedAt}
-		if d.Status.Rollout == nil || *d.Status.Rollout != *ro {
+		if d.Status.Rollout == nil || !equality.Semantic.DeepEqual(*d.Status.Rollout, *ro) {
 			d.Status.Rollout, changed = ro, true
 		}
 		return changed

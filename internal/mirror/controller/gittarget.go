@@ -494,6 +494,7 @@ func (r *GitTargetReconciler) writeStatus(ctx context.Context, target *mirrorv1a
 		meta.SetStatusCondition(&s.Conditions, durable)
 	}
 	prevReady := meta.FindStatusCondition(old.Status.Conditions, mirrorv1alpha1.ConditionReady)
+	recordPushHistory(s, old.Status.LastPushedCommit, prevReady, ready)
 	meta.SetStatusCondition(&s.Conditions, ready)
 	if equality.Semantic.DeepEqual(old.Status, target.Status) {
 		return nil
@@ -512,6 +513,29 @@ func (r *GitTargetReconciler) writeStatus(ctx context.Context, target *mirrorv1a
 		return fmt.Errorf("patch GitTarget status: %w", err)
 	}
 	return nil
+}
+
+// recordPushHistory puts a new push, or a new push failure, first in s.History: a commit that
+// differs from the one recorded before, or Ready turning False for a push (the same failure
+// again is counted in its entry).
+func recordPushHistory(s *mirrorv1alpha1.GitTargetStatus, prevCommit string, prevReady *metav1.Condition, ready metav1.Condition) {
+	var rec *mirrorv1alpha1.PushRecord
+	switch {
+	case s.LastPushedCommit != "" && s.LastPushedCommit != prevCommit && s.LastPushTime != nil:
+		rec = &mirrorv1alpha1.PushRecord{Commit: s.LastPushedCommit, Result: "Pushed", Time: *s.LastPushTime, Count: 1}
+	case ready.Status == metav1.ConditionFalse && (prevReady == nil || prevReady.Reason != ready.Reason):
+		rec = &mirrorv1alpha1.PushRecord{Result: ready.Reason, Time: metav1.NewTime(time.Now().Truncate(time.Second)), Count: 1}
+		if h := s.History; len(h) > 0 && h[0].Commit == "" && h[0].Result == ready.Reason {
+			rec.Count = h[0].Count + 1
+			rec.Time = h[0].Time
+			s.History = h[1:]
+		}
+	}
+	if rec == nil {
+		return
+	}
+	h := s.History
+	s.History = append([]mirrorv1alpha1.PushRecord{*rec}, h[:min(len(h), mirrorv1alpha1.MaxHistory-1)]...)
 }
 
 // matchGlob checks that a branch glob is well-formed.
