@@ -44,9 +44,7 @@ func newDecofileReconcileCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-	f.StringVar(&o.kubeContext, "context", "", "kubeconfig context to use")
-	f.StringVarP(&o.namespace, "namespace", "n", "", "namespace of the Decofile (default: the context's namespace)")
+	o.bind(f, "namespace of the Decofile (default: the context's namespace)")
 	f.BoolVar(&o.noWait, "no-wait", false, "return once the reconcile is requested")
 	f.DurationVar(&o.timeout, "timeout", o.timeout, "give up waiting after this long (exit status 2)")
 	return cmd
@@ -80,7 +78,7 @@ func runDecofileReconcile(ctx context.Context, c client.Client, key client.Objec
 		return df.Status.LastHandledReconcileAt == value, nil
 	})
 	if errors.Is(err, context.DeadlineExceeded) || (err != nil && ctx.Err() != nil) {
-		return &waitExitError{code: waitExitTimeout, msg: fmt.Sprintf("timed out after %s waiting for the operator to handle the reconcile of Decofile %s: is the manager running?", timeout, key)}
+		return &exitError{code: waitExitTimeout, msg: fmt.Sprintf("timed out after %s waiting for the operator to handle the reconcile of Decofile %s: is the manager running?", timeout, key)}
 	}
 	if err != nil {
 		return err
@@ -91,7 +89,7 @@ func runDecofileReconcile(ctx context.Context, c client.Client, key client.Objec
 		if ready != nil {
 			msg = fmt.Sprintf("Ready=%s %s: %s", ready.Status, ready.Reason, ready.Message)
 		}
-		return &waitExitError{code: waitExitFailed, msg: fmt.Sprintf("%s: reconciled, %s", key, msg)}
+		return &exitError{code: waitExitFailed, msg: fmt.Sprintf("%s: reconciled, %s", key, msg)}
 	}
 	commit := ""
 	if df.Status.ShortCommit != "" {

@@ -12,11 +12,9 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/siteops/siteops/internal/decofile/follow"
-	"github.com/siteops/siteops/internal/scheme"
 )
 
 // Exit codes of `siteops decofile wait`.
@@ -25,24 +23,23 @@ const (
 	waitExitTimeout = 2
 )
 
-// waitExitError carries the exit code of `decofile wait` to main (which honours ExitCode()).
-type waitExitError struct {
+// exitError carries a command's exit code to main (which honours ExitCode()).
+type exitError struct {
 	code int
 	msg  string
 }
 
-func (e *waitExitError) Error() string { return e.msg }
+func (e *exitError) Error() string { return e.msg }
 
-// ExitCode is the process exit code: 1 when the rollout failed, 2 on timeout.
-func (e *waitExitError) ExitCode() int { return e.code }
+// ExitCode is the process exit code: for `decofile wait` 1 when the rollout failed, 2 on
+// timeout; for `trace` 1 when a link is not ready.
+func (e *exitError) ExitCode() int { return e.code }
 
 // decofileWaitOptions are the flags of `siteops decofile wait`.
 type decofileWaitOptions struct {
-	kubeconfig  string
-	kubeContext string
-	namespace   string
-	target      string
-	timeout     time.Duration
+	kubeFlags
+	target  string
+	timeout time.Duration
 }
 
 func newDecofileWaitCommand() *cobra.Command {
@@ -71,34 +68,10 @@ func newDecofileWaitCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-	f.StringVar(&o.kubeContext, "context", "", "kubeconfig context to use")
-	f.StringVarP(&o.namespace, "namespace", "n", "", "namespace of the Decofile (default: the context's namespace)")
+	o.bind(f, "namespace of the Decofile (default: the context's namespace)")
 	f.StringVar(&o.target, "for", o.target, "version to wait for: commit:<sha> (or its first 7+ characters, as the Commit column shows), timestamp:<unix seconds> or current")
 	f.DurationVar(&o.timeout, "timeout", o.timeout, "give up after this long (exit status 2)")
 	return cmd
-}
-
-// client builds a watching client and the namespace from the kubeconfig, like kubectl does.
-func (o decofileWaitOptions) client() (client.WithWatch, string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = o.kubeconfig
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: o.kubeContext}
-	overrides.Context.Namespace = o.namespace
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
-	cfg, err := cc.ClientConfig()
-	if err != nil {
-		return nil, "", fmt.Errorf("load kubeconfig: %w", err)
-	}
-	ns, _, err := cc.Namespace()
-	if err != nil {
-		return nil, "", fmt.Errorf("namespace from kubeconfig: %w", err)
-	}
-	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme.New()})
-	if err != nil {
-		return nil, "", fmt.Errorf("create Kubernetes client: %w", err)
-	}
-	return c, ns, nil
 }
 
 // runDecofileWait waits and turns the verdict into output and an exit status. On a terminal the
@@ -135,11 +108,11 @@ func runDecofileWait(ctx context.Context, c client.WithWatch, key client.ObjectK
 	}
 	switch {
 	case err != nil && errors.Is(err, context.DeadlineExceeded):
-		return &waitExitError{code: waitExitTimeout, msg: fmt.Sprintf("timed out after %s waiting for %s of Decofile %s: %s", timeout, id, key, v.Message)}
+		return &exitError{code: waitExitTimeout, msg: fmt.Sprintf("timed out after %s waiting for %s of Decofile %s: %s", timeout, id, key, v.Message)}
 	case err != nil:
 		return err
 	case v.Outcome == follow.Failed:
-		return &waitExitError{code: waitExitFailed, msg: v.Message}
+		return &exitError{code: waitExitFailed, msg: v.Message}
 	}
 	_, werr := fmt.Fprintf(out, "%s: %s\n", key, v.Message)
 	return werr

@@ -27,6 +27,13 @@ func NewRootCommand() *cobra.Command {
 	}
 	root.AddCommand(
 		newVersionCommand(),
+		newGetCommand(),
+		newStatsCommand(),
+		newEventsCommand(),
+		newTreeCommand(),
+		newTraceCommand(),
+		newSuspendCommand(),
+		newResumeCommand(),
 		newDevCommand(),
 		newDecofileCommand(),
 		newSiteCommand(),

@@ -6,11 +6,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
-	"github.com/siteops/siteops/internal/scheme"
 	"github.com/siteops/siteops/internal/tenant/provision"
 )
 
@@ -48,21 +45,4 @@ func newTenantResyncCommand() *cobra.Command {
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
 	cmd.Flags().StringVar(&kubeContext, "context", "", "kubeconfig context to use")
 	return cmd
-}
-
-// kubeClient returns a client for the kubeconfig file (default: $KUBECONFIG or ~/.kube/config)
-// and context (default: the current one).
-func kubeClient(kubeconfig, kubeContext string) (client.Client, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubeContext})
-	cfg, err := cc.ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("load kubeconfig: %w", err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
-	if err != nil {
-		return nil, fmt.Errorf("create Kubernetes client: %w", err)
-	}
-	return c, nil
 }

@@ -1,0 +1,235 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// siteopsReporterPrefix starts the reporting controller of every Event siteops records.
+const siteopsReporterPrefix = "siteops-"
+
+// eventsOptions are the flags of `siteops events`.
+type eventsOptions struct {
+	kubeFlags
+	allNamespaces bool
+	forObject     string
+	types         []string
+	watch         bool
+}
+
+func newEventsCommand() *cobra.Command {
+	o := eventsOptions{}
+	cmd := &cobra.Command{
+		Use:   "events",
+		Short: "Show the Events siteops recorded, across its parts, newest last",
+		Long: "Lists the Events whose reporting controller is one of siteops' (delivery, rollout, S3, tenant,\n" +
+			"mirror), with the object and reason, oldest first so the newest is next to the prompt.",
+		Example: "  siteops events -n sites-shop\n" +
+			"  siteops events -A --types Warning\n" +
+			"  siteops events --for decofile/shop -w",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, ns, err := o.client()
+			if err != nil {
+				return err
+			}
+			f, err := newEventFilter(o.forObject, o.types)
+			if err != nil {
+				return err
+			}
+			e := eventLister{c: c, scope: scope{namespace: ns, allNamespaces: o.allNamespaces}, fallback: ns, filter: f,
+				out: cmd.OutOrStdout(), errOut: cmd.ErrOrStderr()}
+			return e.run(cmd.Context(), o.watch)
+		},
+	}
+	f := cmd.Flags()
+	o.bind(f, "namespace of the Events (default: the context's namespace)")
+	f.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "Events of every namespace your credentials can read")
+	f.StringVar(&o.forObject, "for", "", "only Events about this object, Kind/name (decofile/shop, namespace/sites-shop)")
+	f.StringSliceVar(&o.types, "types", nil, "only Events of these types (Normal, Warning)")
+	f.BoolVarP(&o.watch, "watch", "w", false, "after listing, show Events as they are recorded")
+	return cmd
+}
+
+// eventFilter selects siteops' Events.
+type eventFilter struct {
+	kind, name string
+	types      []string
+}
+
+func newEventFilter(forObject string, types []string) (eventFilter, error) {
+	f := eventFilter{}
+	if forObject != "" {
+		kind, name, ok := strings.Cut(forObject, "/")
+		if !ok || kind == "" || name == "" {
+			return f, fmt.Errorf("--for %q: want Kind/name, such as decofile/shop", forObject)
+		}
+		f.kind, f.name = kind, name
+	}
+	for _, t := range types {
+		switch strings.ToLower(t) {
+		case "normal":
+			f.types = append(f.types, "Normal")
+		case "warning":
+			f.types = append(f.types, "Warning")
+		default:
+			return f, fmt.Errorf("--types %q: Event types are Normal and Warning", t)
+		}
+	}
+	return f, nil
+}
+
+// matches reports whether e is siteops' and passes the filter.
+func (f eventFilter) matches(e *eventsv1.Event) bool {
+	if !strings.HasPrefix(e.ReportingController, siteopsReporterPrefix) {
+		return false
+	}
+	if len(f.types) > 0 && !slices.Contains(f.types, e.Type) {
+		return false
+	}
+	if f.kind != "" && (!strings.EqualFold(e.Regarding.Kind, f.kind) || e.Regarding.Name != f.name) {
+		return false
+	}
+	return true
+}
+
+// eventTime is when an Event last happened.
+func eventTime(e *eventsv1.Event) time.Time {
+	switch {
+	case e.Series != nil && !e.Series.LastObservedTime.IsZero():
+		return e.Series.LastObservedTime.Time
+	case !e.EventTime.IsZero():
+		return e.EventTime.Time
+	case !e.DeprecatedLastTimestamp.IsZero():
+		return e.DeprecatedLastTimestamp.Time
+	}
+	return e.CreationTimestamp.Time
+}
+
+// eventLister lists and watches siteops' Events.
+type eventLister struct {
+	c        client.WithWatch
+	scope    scope
+	fallback string
+	filter   eventFilter
+	out      io.Writer
+	errOut   io.Writer
+}
+
+// list reads the matching Events in scope, oldest first, and the list's resource version.
+func (e *eventLister) list(ctx context.Context) (evs []eventsv1.Event, rv, ns, note string, err error) {
+	ns = e.scope.namespace
+	if e.scope.allNamespaces {
+		ns = ""
+	}
+	var l eventsv1.EventList
+	err = e.c.List(ctx, &l, client.InNamespace(ns))
+	if err != nil && apierrors.IsForbidden(err) && ns == "" && e.fallback != "" {
+		note = "events: cannot list in all namespaces (forbidden); showing namespace " + e.fallback
+		ns = e.fallback
+		err = e.c.List(ctx, &l, client.InNamespace(ns))
+	}
+	if err != nil {
+		return nil, "", "", "", fmt.Errorf("list Events: %w", err)
+	}
+	for i := range l.Items {
+		if e.filter.matches(&l.Items[i]) {
+			evs = append(evs, l.Items[i])
+		}
+	}
+	slices.SortStableFunc(evs, func(a, b eventsv1.Event) int { return eventTime(&a).Compare(eventTime(&b)) })
+	return evs, l.ResourceVersion, ns, note, nil
+}
+
+// run prints the Events, then with follow each new one until ctx ends.
+func (e *eventLister) run(ctx context.Context, follow bool) error {
+	evs, rv, ns, note, err := e.list(ctx)
+	if err != nil {
+		return err
+	}
+	if note != "" {
+		fmt.Fprintln(e.errOut, note)
+	}
+	now := time.Now()
+	if len(evs) == 0 && !follow {
+		_, err := fmt.Fprintln(e.errOut, "no siteops Events found")
+		return err
+	}
+	tw := tabwriter.NewWriter(e.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "LAST SEEN\tTYPE\tREASON\tOBJECT\tMESSAGE")
+	printed := map[types.UID]string{}
+	show := func(ev *eventsv1.Event, now time.Time) {
+		if printed[ev.UID] == ev.ResourceVersion {
+			return
+		}
+		printed[ev.UID] = ev.ResourceVersion
+		fmt.Fprintln(tw, e.line(ev, now))
+	}
+	for i := range evs {
+		show(&evs[i], now)
+	}
+	if err := tw.Flush(); err != nil || !follow {
+		return err
+	}
+	for ctx.Err() == nil {
+		w, err := e.c.Watch(ctx, &eventsv1.EventList{}, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
+		if err != nil {
+			return fmt.Errorf("watch Events: %w", err)
+		}
+		for ev := range w.ResultChan() {
+			if ev.Type == watch.Error {
+				break // an expired version: the list below catches up
+			}
+			x, ok := ev.Object.(*eventsv1.Event)
+			if !ok || ev.Type == watch.Deleted {
+				continue
+			}
+			rv = x.ResourceVersion
+			if e.filter.matches(x) {
+				show(x, time.Now())
+				tw.Flush()
+			}
+		}
+		w.Stop()
+		if ctx.Err() != nil {
+			break
+		}
+		// What happened while no watch ran, each Event once.
+		if evs, rv, _, _, err = e.list(ctx); err != nil {
+			return err
+		}
+		for i := range evs {
+			show(&evs[i], time.Now())
+		}
+		tw.Flush()
+	}
+	return nil
+}
+
+// line is one Event as a table row.
+func (e *eventLister) line(ev *eventsv1.Event, now time.Time) string {
+	obj := strings.ToLower(ev.Regarding.Kind) + "/" + ev.Regarding.Name
+	if e.scope.allNamespaces && ev.Regarding.Namespace != "" {
+		obj = ev.Regarding.Namespace + "/" + obj
+	}
+	msg := strings.Join(strings.Fields(ev.Note), " ")
+	count := ""
+	if ev.Series != nil && ev.Series.Count > 1 {
+		count = fmt.Sprintf(" (x%d)", ev.Series.Count)
+	}
+	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s%s", duration.HumanDuration(now.Sub(eventTime(ev))), ev.Type, ev.Reason, obj, msg, count)
+}

@@ -1,0 +1,361 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	mirrorv1 "github.com/siteops/siteops/api/mirror/v1alpha1"
+	"github.com/siteops/siteops/internal/inspect"
+)
+
+// traceOptions are the flags of `siteops trace`.
+type traceOptions struct {
+	kubeFlags
+	output string
+}
+
+func newTraceCommand() *cobra.Command {
+	o := traceOptions{output: outputTable}
+	cmd := &cobra.Command{
+		Use:   "trace KIND/NAME",
+		Short: "Follow a site pod, workload, Decofile, tenant namespace or mirrored object through siteops, link by link",
+		Long: "Kinds: pod, deployment, statefulset, ksvc (Knative Service), decofile, namespace, and any other\n" +
+			"resource (configmap, secret, or resource.group) for the mirror rules and targets that write it to git.\n" +
+			"Each link is read with your own credentials; a link they may not read says so.\n" +
+			"Exit status: 0 when every link is Ready, 1 otherwise.",
+		Example: "  siteops trace pod/shop-7d9c5-x2x4q -n sites-shop\n" +
+			"  siteops trace decofile/shop\n" +
+			"  siteops trace namespace/sites-shop\n" +
+			"  siteops trace configmap/settings -o json",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			kind, name, ok := strings.Cut(args[0], "/")
+			if !ok || kind == "" || name == "" {
+				return fmt.Errorf("%q: want KIND/NAME, such as pod/shop-1 or decofile/shop", args[0])
+			}
+			if o.output != outputTable && o.output != outputJSON && o.output != outputYAML {
+				return fmt.Errorf("unknown output format %q: use table, json or yaml", o.output)
+			}
+			c, ns, err := o.client()
+			if err != nil {
+				return err
+			}
+			links, err := trace(cmd.Context(), c, ns, strings.ToLower(kind), name)
+			if err != nil {
+				return err
+			}
+			if o.output != outputTable {
+				if err := printStructured(cmd.OutOrStdout(), o.output, struct {
+					Links   []inspect.Link `json:"links"`
+					Healthy bool           `json:"healthy"`
+				}{links, inspect.Healthy(links)}); err != nil {
+					return err
+				}
+			} else {
+				printLinks(cmd.OutOrStdout(), links, terminal(cmd.OutOrStdout()), time.Now())
+			}
+			if !inspect.Healthy(links) {
+				return &exitError{code: 1, msg: fmt.Sprintf("%s: %s", args[0], firstProblem(links))}
+			}
+			return nil
+		},
+	}
+	o.bind(cmd.Flags(), "namespace of the object (default: the context's namespace)")
+	cmd.Flags().StringVarP(&o.output, "output", "o", o.output, "output format: table, json or yaml")
+	return cmd
+}
+
+// firstProblem names the first link that is not Ready.
+func firstProblem(links []inspect.Link) string {
+	for _, l := range links {
+		if l.State != inspect.StateReady {
+			return fmt.Sprintf("%s is %s: %s", l.What, l.State, l.Message)
+		}
+	}
+	return "nothing to trace"
+}
+
+// trace reads the chain of the object kind/name in namespace ns.
+func trace(ctx context.Context, c client.Client, ns, kind, name string) ([]inspect.Link, error) {
+	switch kind {
+	case "decofile", "decofiles", "df":
+		return decofileLinks(ctx, c, client.ObjectKey{Namespace: ns, Name: name}, "")
+	case "pod", "pods", "po":
+		return podLinks(ctx, c, client.ObjectKey{Namespace: ns, Name: name})
+	case "deployment", "deployments", "deploy", "statefulset", "statefulsets", "sts", "ksvc":
+		return workloadLinks(ctx, c, ns, kind, name)
+	case "namespace", "namespaces", "ns":
+		return tenantLinks(ctx, c, name)
+	}
+	return mirrorLinks(ctx, c, ns, kind, name)
+}
+
+// decofileLinks is the Decofile's chain; pod names the pod the trace started from, if any.
+func decofileLinks(ctx context.Context, c client.Reader, key client.ObjectKey, pod string) ([]inspect.Link, error) {
+	var d decov1.Decofile
+	if err := c.Get(ctx, key, &d); err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+			return []inspect.Link{{What: "decofile", Object: "Decofile/" + key.Name, State: inspect.StateFailing, Message: readProblem(err)}}, nil
+		}
+		return nil, fmt.Errorf("get Decofile %s: %w", key, err)
+	}
+	var cm *corev1.ConfigMap
+	if d.Status.S3URL == "" {
+		name := d.Status.ConfigMapName
+		if name == "" {
+			name = d.ConfigMapName()
+		}
+		var got corev1.ConfigMap
+		switch err := c.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: name}, &got); {
+		case err == nil:
+			cm = &got
+		case apierrors.IsForbidden(err):
+			links := inspect.DecofileTrace(&d, nil, pod)
+			for i := range links {
+				if links[i].What == "stored" {
+					links[i].State, links[i].Message = inspect.StateUnknown, readProblem(err)
+				}
+			}
+			return links, nil
+		case !apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("get ConfigMap %s/%s: %w", key.Namespace, name, err)
+		}
+	}
+	return inspect.DecofileTrace(&d, cm, pod), nil
+}
+
+// readProblem is a link's message for an object that could not be read.
+func readProblem(err error) string {
+	if apierrors.IsForbidden(err) {
+		return "forbidden: your credentials may not read it"
+	}
+	return "not found"
+}
+
+// podLinks is a pod, the workload that made it, then its Decofile's chain.
+func podLinks(ctx context.Context, c client.Reader, key client.ObjectKey) ([]inspect.Link, error) {
+	var p corev1.Pod
+	if err := c.Get(ctx, key, &p); err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+			return []inspect.Link{{What: "pod", Object: "Pod/" + key.Name, State: inspect.StateFailing, Message: readProblem(err)}}, nil
+		}
+		return nil, fmt.Errorf("get pod %s: %w", key, err)
+	}
+	links := []inspect.Link{inspect.PodLink(&p)}
+	df := p.Labels[decov1.LabelDecofile]
+	if df == "" {
+		return append(links, inspect.Link{What: "decofile", State: inspect.StateUnknown,
+			Message: "the pod carries no " + decov1.LabelDecofile + " label: no Decofile was injected"}), nil
+	}
+	if w, ok := owningWorkload(ctx, c, &p, df); ok {
+		links = append(links, w)
+	}
+	rest, err := decofileLinks(ctx, c, client.ObjectKey{Namespace: key.Namespace, Name: df}, p.Name)
+	return append(links, rest...), err
+}
+
+// owningWorkload finds the injected workload whose selector matches the pod.
+func owningWorkload(ctx context.Context, c client.Reader, p *corev1.Pod, df string) (inspect.Link, bool) {
+	injected := []client.ListOption{client.InNamespace(p.Namespace), client.MatchingLabels{decov1.LabelDecofile: df}}
+	var deps appsv1.DeploymentList
+	if c.List(ctx, &deps, injected...) == nil {
+		for _, w := range deps.Items {
+			if s := selectorOf(w.Spec.Selector); s != nil && s.Matches(labels.Set(p.Labels)) {
+				return workloadLink("Deployment", &w.ObjectMeta, w.Status.ReadyReplicas, replicas(w.Spec.Replicas)), true
+			}
+		}
+	}
+	var sets appsv1.StatefulSetList
+	if c.List(ctx, &sets, injected...) == nil {
+		for _, w := range sets.Items {
+			if s := selectorOf(w.Spec.Selector); s != nil && s.Matches(labels.Set(p.Labels)) {
+				return workloadLink("StatefulSet", &w.ObjectMeta, w.Status.ReadyReplicas, replicas(w.Spec.Replicas)), true
+			}
+		}
+	}
+	if svc := p.Labels["serving.knative.dev/service"]; svc != "" {
+		if l, _, err := knativeLink(ctx, c, p.Namespace, svc); err == nil {
+			return l, true
+		}
+	}
+	return inspect.Link{}, false
+}
+
+// workloadLink is an injected workload: its readiness and why it got its Decofile.
+func workloadLink(kind string, om *metav1.ObjectMeta, ready, desired int32) inspect.Link {
+	l := inspect.Link{What: "workload", Object: kind + "/" + om.Name, State: inspect.StateReady,
+		Message: fmt.Sprintf("%d/%d ready; %s", ready, desired, inspect.WhyDecofile(om.Annotations, om.Labels, om.Namespace))}
+	if ready < desired {
+		l.State = inspect.StateProgressing
+	}
+	return l
+}
+
+// knativeLink reads a Knative Service as a workload link, with its labels.
+func knativeLink(ctx context.Context, c client.Reader, ns, name string) (inspect.Link, map[string]string, error) {
+	var s unstructured.Unstructured
+	s.SetGroupVersionKind(schema.GroupVersionKind{Group: knativeServices.Group, Version: knativeServices.Version, Kind: "Service"})
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s); err != nil {
+		return inspect.Link{}, nil, err
+	}
+	om := metav1.ObjectMeta{Name: s.GetName(), Namespace: ns, Annotations: s.GetAnnotations(), Labels: s.GetLabels()}
+	return workloadLink("Service", &om, knativeReady(&s), 1), om.Labels, nil
+}
+
+// knativeReady is 1 when a Knative Service's Ready condition is True, else 0.
+func knativeReady(s *unstructured.Unstructured) int32 {
+	conds, _, _ := unstructured.NestedSlice(s.Object, "status", "conditions")
+	for _, x := range conds {
+		if m, ok := x.(map[string]any); ok && m["type"] == "Ready" && m["status"] == "True" {
+			return 1
+		}
+	}
+	return 0
+}
+
+// workloadLinks is a workload, then its Decofile's chain.
+func workloadLinks(ctx context.Context, c client.Reader, ns, kind, name string) ([]inspect.Link, error) {
+	key := client.ObjectKey{Namespace: ns, Name: name}
+	var l inspect.Link
+	var om metav1.ObjectMeta
+	var err error
+	switch kind {
+	case "statefulset", "statefulsets", "sts":
+		var w appsv1.StatefulSet
+		if err = c.Get(ctx, key, &w); err == nil {
+			om, l = w.ObjectMeta, workloadLink("StatefulSet", &w.ObjectMeta, w.Status.ReadyReplicas, replicas(w.Spec.Replicas))
+		}
+	case "ksvc":
+		l, om.Labels, err = knativeLink(ctx, c, ns, name)
+	default:
+		var w appsv1.Deployment
+		if err = c.Get(ctx, key, &w); err == nil {
+			om, l = w.ObjectMeta, workloadLink("Deployment", &w.ObjectMeta, w.Status.ReadyReplicas, replicas(w.Spec.Replicas))
+		}
+	}
+	if err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+			return []inspect.Link{{What: "workload", Object: kind + "/" + name, State: inspect.StateFailing, Message: readProblem(err)}}, nil
+		}
+		return nil, fmt.Errorf("get %s %s: %w", kind, key, err)
+	}
+	links := []inspect.Link{l}
+	df := om.Labels[decov1.LabelDecofile]
+	if df == "" {
+		return append(links, inspect.Link{What: "decofile", State: inspect.StateUnknown,
+			Message: "the workload carries no " + decov1.LabelDecofile + " label: no Decofile was injected"}), nil
+	}
+	rest, err := decofileLinks(ctx, c, client.ObjectKey{Namespace: ns, Name: df}, "")
+	return append(links, rest...), err
+}
+
+// tenantLinks is a namespace's cache user.
+func tenantLinks(ctx context.Context, c client.Reader, name string) ([]inspect.Link, error) {
+	var ns corev1.Namespace
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, &ns); err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+			return []inspect.Link{{What: "tenant", Object: "Namespace/" + name, State: inspect.StateFailing, Message: readProblem(err)}}, nil
+		}
+		return nil, fmt.Errorf("get namespace %s: %w", name, err)
+	}
+	if ns.Annotations[decov1.AnnotationValkeyACL] != "true" {
+		return []inspect.Link{{What: "tenant", Object: "Namespace/" + name, State: inspect.StateUnknown,
+			Message: "not a tenant: the namespace is not annotated " + decov1.AnnotationValkeyACL + "=true"}}, nil
+	}
+	var s metav1.PartialObjectMetadata
+	s.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	err := c.Get(ctx, client.ObjectKey{Namespace: name, Name: decov1.ValkeyACLSecretName}, &s)
+	links := inspect.TenantTrace(&ns, err == nil)
+	if apierrors.IsForbidden(err) {
+		links[1].State, links[1].Message = inspect.StateUnknown, readProblem(err)
+	}
+	return links, nil
+}
+
+// mirrorLinks is the rules and targets that write the object kind/name to git.
+func mirrorLinks(ctx context.Context, c client.Client, ns, kind, name string) ([]inspect.Link, error) {
+	gr, namespaced, err := resourceOf(c, kind)
+	if err != nil {
+		return nil, err
+	}
+	objNS := ns
+	if !namespaced {
+		objNS = ""
+	}
+	var rules []inspect.Rule
+	if namespaced {
+		var wrs mirrorv1.WatchRuleList
+		if err := c.List(ctx, &wrs, client.InNamespace(ns)); err != nil && !apierrors.IsForbidden(err) {
+			return nil, fmt.Errorf("list WatchRules in %s: %w", ns, err)
+		}
+		for _, w := range wrs.Items {
+			rules = append(rules, inspect.Rule{Kind: "WatchRule", Name: w.Name, Namespace: w.Namespace, Target: w.Spec.TargetRef, Rules: w.Spec.Rules})
+		}
+	}
+	var cwrs mirrorv1.ClusterWatchRuleList
+	if err := c.List(ctx, &cwrs); err != nil && !apierrors.IsForbidden(err) {
+		return nil, fmt.Errorf("list ClusterWatchRules: %w", err)
+	}
+	for _, w := range cwrs.Items {
+		rules = append(rules, inspect.Rule{Kind: "ClusterWatchRule", Name: w.Name, Target: w.Spec.TargetRef, Rules: w.Spec.Rules})
+	}
+	targets := map[string]*mirrorv1.GitTarget{}
+	for _, r := range rules {
+		key := client.ObjectKey{Namespace: r.TargetNamespace(), Name: r.Target.Name}
+		var t mirrorv1.GitTarget
+		if err := c.Get(ctx, key, &t); err == nil {
+			targets[key.String()] = &t
+		}
+	}
+	return inspect.MirrorTrace(gr, objNS, name, rules, targets), nil
+}
+
+// resourceOf resolves a resource as typed (configmap, secrets, deployments.apps) with the API
+// server's discovery, and whether it is namespaced.
+func resourceOf(c client.Client, kind string) (schema.GroupResource, bool, error) {
+	resource, group, _ := strings.Cut(kind, ".")
+	gvr, err := c.RESTMapper().ResourceFor(schema.GroupVersionResource{Group: group, Resource: resource})
+	if err != nil {
+		return schema.GroupResource{}, false, fmt.Errorf("%s: not a resource the API server serves: %w", kind, err)
+	}
+	gvk, err := c.RESTMapper().KindFor(gvr)
+	if err != nil {
+		return schema.GroupResource{}, false, fmt.Errorf("%s: %w", kind, err)
+	}
+	m, err := c.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return schema.GroupResource{}, false, fmt.Errorf("%s: %w", kind, err)
+	}
+	return gvr.GroupResource(), m.Scope.Name() == "namespace", nil
+}
+
+// printLinks writes one line per link: what, object, state, since, message.
+func printLinks(out io.Writer, links []inspect.Link, color bool, now time.Time) {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "LINK\tOBJECT\tSTATE\tSINCE\tMESSAGE")
+	st := tableStyle{color: color}
+	for _, l := range links {
+		since := ""
+		if l.Since != nil {
+			since = duration.HumanDuration(now.Sub(*l.Since))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", l.What, l.Object, st.stateCell(inspect.Summary{State: l.State}), since, strings.Join(strings.Fields(l.Message), " "))
+	}
+	tw.Flush()
+}
