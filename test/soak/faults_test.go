@@ -120,6 +120,9 @@ func (s *soak) killManager(t *testing.T, leader bool, rec map[string]time.Durati
 	return nil
 }
 
+// readyPodWait bounds the wait for a Ready site pod to freeze.
+const readyPodWait = time.Minute
+
 // hangSitePod freezes a site pod of one tenant for the outage time: another tenant's rollout
 // must complete while the pod hangs, the hanging tenant's once the pod runs again.
 func (s *soak) hangSitePod(t *testing.T, rec map[string]time.Duration) error {
@@ -127,10 +130,19 @@ func (s *soak) hangSitePod(t *testing.T, rec map[string]time.Duration) error {
 	return s.outage(t, rec, outage{
 		hit: hung, other: s.otherTenant(func(tn *tenant) bool { return tn != hung }),
 		during: "other tenant's rollout while a pod hangs", after: "hanging tenant's rollout after the thaw",
-		begin: func(ctx context.Context) (func() error, error) {
-			pods, err := s.ReadyPodsNow(ctx, hung.ns, "site")
-			if err != nil || len(pods) == 0 {
-				return nil, fmt.Errorf("a Ready site pod of %s to freeze: %d pods, %v", hung.name, len(pods), err)
+		begin: func(context.Context) (func() error, error) {
+			// The tenant's pods may be restarting (a rollback, a kubelet restart just before):
+			// the fault waits for one to be Ready rather than being lost.
+			var pods []corev1.Pod
+			err := s.retry(readyPodWait, func(ctx context.Context) error {
+				var err error
+				if pods, err = s.ReadyPodsNow(ctx, hung.ns, "site"); err == nil && len(pods) == 0 {
+					err = errors.New("no Ready site pod")
+				}
+				return err
+			})
+			if err != nil {
+				return nil, fmt.Errorf("a Ready site pod of %s to freeze within %s: %w", hung.name, readyPodWait, err)
 			}
 			return s.N.FreezePod(pods[0].UID)
 		},
