@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -77,10 +75,7 @@ func newDecofileWaitCommand() *cobra.Command {
 // runDecofileWait waits and turns the verdict into output and an exit status. On a terminal the
 // progress line is redrawn in place; otherwise each change is one plain line.
 func runDecofileWait(ctx context.Context, c client.WithWatch, key client.ObjectKey, target string, timeout time.Duration, out io.Writer) error {
-	tty := false
-	if f, ok := out.(*os.File); ok {
-		tty = term.IsTerminal(int(f.Fd()))
-	}
+	tty := terminal(out)
 	lastLine := ""
 	show := func(v follow.Verdict) {
 		line := waitProgressLine(v)

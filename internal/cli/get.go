@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"strings"
 	"time"
 
@@ -275,9 +276,9 @@ func (g *getter) printChange(ch change) error {
 	return err
 }
 
-// sameSummary reports whether a change would print the same line.
+// sameSummary reports whether a change would print the same line (pointed-to values compared).
 func sameSummary(a, b inspect.Summary) bool {
-	return fmt.Sprint(a) == fmt.Sprint(b)
+	return reflect.DeepEqual(a, b)
 }
 
 // sortedByKind is the current summaries of each kind in display order.

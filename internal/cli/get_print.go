@@ -31,6 +31,15 @@ func validOutput(o string) error {
 	return fmt.Errorf("unknown output format %q: use table, wide, json or yaml", o)
 }
 
+// validStructuredOutput checks -o of the commands that print a table, JSON or YAML.
+func validStructuredOutput(o string) error {
+	switch o {
+	case outputTable, outputJSON, outputYAML:
+		return nil
+	}
+	return fmt.Errorf("unknown output format %q: use table, json or yaml", o)
+}
+
 // summaryList is the stable -o json/yaml form of `siteops get`.
 type summaryList struct {
 	Items []inspect.Summary `json:"items"`

@@ -273,8 +273,17 @@ func TestGetWatchShowsChanges(t *testing.T) {
 		}
 		return nil
 	})
+	// An edit that changes nothing shown (an annotation) prints no line; the deletion after it
+	// does, so by then the edit has been seen.
+	var a decov1.Decofile
+	must(t, f.c.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "a-ready"}, &a))
+	a.Annotations = map[string]string{"test/touch": "1"}
+	must(t, f.c.Client.Update(ctx, &a))
 	must(t, f.c.Client.Delete(ctx, &d))
 	testenv.Eventually(t, 10*time.Second, func() error {
+		if n := strings.Count(out.String(), "a-ready "); n != 1 {
+			t.Fatalf("a-ready printed %d times, want once (an edit that changes nothing shown):\n%s", n, out.String())
+		}
 		if !regexp.MustCompile(`(?m)^d-new\s.*deleted$`).MatchString(out.String()) {
 			return fmt.Errorf("no line for the deletion of d-new: %q", out.String())
 		}

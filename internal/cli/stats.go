@@ -28,8 +28,8 @@ func newStatsCommand() *cobra.Command {
 			"  siteops stats -n sites-shop -o json",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.output != outputTable && o.output != outputJSON && o.output != outputYAML {
-				return fmt.Errorf("unknown output format %q: use table, json or yaml", o.output)
+			if err := validStructuredOutput(o.output); err != nil {
+				return err
 			}
 			c, ns, err := o.client()
 			if err != nil {

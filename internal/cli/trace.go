@@ -49,8 +49,8 @@ func newTraceCommand() *cobra.Command {
 			if !ok || kind == "" || name == "" {
 				return fmt.Errorf("%q: want KIND/NAME, such as pod/shop-1 or decofile/shop", args[0])
 			}
-			if o.output != outputTable && o.output != outputJSON && o.output != outputYAML {
-				return fmt.Errorf("unknown output format %q: use table, json or yaml", o.output)
+			if err := validStructuredOutput(o.output); err != nil {
+				return err
 			}
 			c, ns, err := o.client()
 			if err != nil {

@@ -46,8 +46,8 @@ func newTreeCommand() *cobra.Command {
 			if ks, err := kindsNamed(kind); err != nil || ks[0].kind != inspect.KindDecofile || len(ks) != 1 {
 				return fmt.Errorf("%q: siteops tree shows Decofiles: want decofile/NAME", args[0])
 			}
-			if o.output != outputTable && o.output != outputJSON && o.output != outputYAML {
-				return fmt.Errorf("unknown output format %q: use table, json or yaml", o.output)
+			if err := validStructuredOutput(o.output); err != nil {
+				return err
 			}
 			c, ns, err := o.client()
 			if err != nil {

@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -54,7 +55,7 @@ func podsBehind(res notify.Result) []decov1alpha1.PodBehind {
 		}
 		reason := p.Reason
 		if len(reason) > 256 {
-			reason = reason[:253] + "..."
+			reason = strings.ToValidUTF8(reason[:253], "") + "..." // cut within a rune: drop its start
 		}
 		out = append(out, decov1alpha1.PodBehind{Name: p.Name, Reason: reason, HTTPStatus: int32(p.Status), Attempts: int32(p.Attempts)})
 	}
