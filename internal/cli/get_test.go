@@ -388,7 +388,32 @@ func TestSuspendAndResume(t *testing.T) {
 	if d.Spec.Suspend {
 		t.Fatal("spec.suspend still set after resume")
 	}
-	for _, bad := range [][]string{{"suspend", "gittarget/mirror"}, {"resume", "a-ready"}, {"suspend", "decofile/nope"}} {
+	out, _, err = f.run(t, "suspend", "gittarget/mirror", "watchrule/configmaps")
+	if err != nil || out != "gittarget/mirror suspended\nwatchrule/configmaps suspended\n" {
+		t.Fatalf("suspend the mirror kinds: %v %q", err, out)
+	}
+	var gt mirrorv1.GitTarget
+	must(t, f.c.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "mirror"}, &gt))
+	var wr mirrorv1.WatchRule
+	must(t, f.c.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "configmaps"}, &wr))
+	if !gt.Spec.Suspend || !wr.Spec.Suspend {
+		t.Fatalf("spec.suspend: GitTarget %t, WatchRule %t", gt.Spec.Suspend, wr.Spec.Suspend)
+	}
+	out, _, err = f.run(t, "get", "all")
+	must(t, err)
+	for _, line := range []string{`(?m)^mirror\s+Suspended\s`, `(?m)^configmaps\s+Suspended\s`} {
+		if !regexp.MustCompile(line).MatchString(out) {
+			t.Errorf("get all does not show %s:\n%s", line, out)
+		}
+	}
+	if _, _, err := f.run(t, "resume", "gittarget/mirror", "watchrule/configmaps"); err != nil {
+		t.Fatal(err)
+	}
+	must(t, f.c.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "mirror"}, &gt))
+	if gt.Spec.Suspend {
+		t.Fatal("GitTarget spec.suspend still set after resume")
+	}
+	for _, bad := range [][]string{{"suspend", "tenant/x"}, {"resume", "a-ready"}, {"suspend", "decofile/nope"}} {
 		if _, _, err := f.run(t, bad...); err == nil {
 			t.Errorf("%v: no error", bad)
 		}

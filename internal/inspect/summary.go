@@ -295,6 +295,9 @@ func GitTarget(g *mirrorv1.GitTarget) Summary {
 	if c := meta.FindStatusCondition(st.Conditions, mirrorv1.ConditionCursorsDurable); c != nil && c.Status == metav1.ConditionFalse && s.State == StateReady {
 		s.State, s.Reason, s.Message = StateFailing, c.Reason, c.Message
 	}
+	if g.Spec.Suspend {
+		s.State, s.Reason, s.Message = StateSuspended, "Suspended", "suspended: nothing is committed until it is resumed; the watch cursors are kept"
+	}
 	s.Wide = []Field{
 		{Name: "PROVIDER", Value: g.Spec.ProviderRef.Name},
 		{Name: "BRANCH", Value: g.Spec.Branch},
@@ -316,6 +319,9 @@ func WatchRule(w *mirrorv1.WatchRule) Summary {
 		target = w.Spec.TargetRef.Namespace + "/" + target
 	}
 	s.Revision = strings.Join(st.Resources, ",")
+	if w.Spec.Suspend {
+		s.State, s.Reason, s.Message = StateSuspended, "Suspended", "suspended: its watches are stopped until it is resumed; files and cursors are kept"
+	}
 	s.Wide = []Field{
 		{Name: "TARGET", Value: target},
 		{Name: "RESOURCES", Value: strings.Join(st.Resources, ",")},

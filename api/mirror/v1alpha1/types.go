@@ -148,6 +148,10 @@ type GitTargetSpec struct {
 	// Without it Secrets are never written.
 	// +optional
 	Secrets *SecretsPolicy `json:"secrets,omitempty"`
+	// Suspend stops mirroring until it is unset: nothing more is committed, and the watch
+	// cursors are kept, so the resume commits what changed meanwhile without a replay.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
 }
 
 // SecretsMode says whether a GitTarget writes Secrets.
@@ -225,6 +229,11 @@ type GitTargetStatus struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=5
 	History []PushRecord `json:"history,omitempty"`
+	// LayoutDigest identifies the spec fields that decide which files are written where (all
+	// but suspend and commitWindow) as last applied; the watch cursors belong to it, and a
+	// change of it makes the next start replay instead of resuming from them.
+	// +optional
+	LayoutDigest string `json:"layoutDigest,omitempty"`
 }
 
 // MaxHistory bounds status.history.
@@ -251,6 +260,7 @@ type PushRecord struct {
 // +kubebuilder:printcolumn:name="Branch",type=string,JSONPath=`.spec.branch`
 // +kubebuilder:printcolumn:name="Path",type=string,JSONPath=`.spec.path`
 // +kubebuilder:printcolumn:name="Streams",type=integer,JSONPath=`.status.watchedStreams`
+// +kubebuilder:printcolumn:name="Suspended",type=boolean,JSONPath=`.spec.suspend`
 // +kubebuilder:printcolumn:name="Commit",type=string,JSONPath=`.status.lastPushedCommit`,priority=1
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
@@ -335,6 +345,10 @@ type WatchRuleSpec struct {
 	// Ignore lists writers whose changes to the selected resources are not committed.
 	// +optional
 	Ignore *IgnoreWriters `json:"ignore,omitempty"`
+	// Suspend stops the rule's watches until it is unset; their files stay in git and their
+	// cursors are kept, so the resume commits what changed meanwhile.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
 }
 
 // WatchRuleStatus is the observed state of a WatchRule or ClusterWatchRule.
@@ -361,6 +375,7 @@ type WatchRuleStatus struct {
 // +kubebuilder:resource:categories=siteops;mirror
 // +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.spec.targetRef.name`
 // +kubebuilder:printcolumn:name="Resources",type=string,JSONPath=`.status.resources`,priority=1
+// +kubebuilder:printcolumn:name="Suspended",type=boolean,JSONPath=`.spec.suspend`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -5,6 +5,9 @@ package controller
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
@@ -51,6 +54,9 @@ const (
 	Workers      = 4
 	PerNamespace = Workers / 2
 )
+
+// ReasonSuspended is the Ready reason of a GitTarget or WatchRule whose spec.suspend is set.
+const ReasonSuspended = "Suspended"
 
 // resyncInterval re-reads credentials and discovery even without a watched change.
 const resyncInterval = 5 * time.Minute
@@ -204,6 +210,13 @@ func (r *GitTargetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		r.Engine.Remove(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
+	if target.Spec.Suspend {
+		// The writer pushes what it already took in as it stops; the cursors stay in Redis, so
+		// the resume goes on from them.
+		r.Engine.Remove(req.NamespacedName)
+		suspended := &targetProblem{ReasonSuspended, "mirroring is suspended: spec.suspend is set; nothing is committed until it is unset"}
+		return requeueOnConflict(ctrl.Result{}, r.writeStatus(ctx, &target, nil, target.Status.Excluded, suspended))
+	}
 	spec, excluded, err := r.desired(ctx, &target)
 	var problem *targetProblem
 	switch {
@@ -270,10 +283,8 @@ func (r *GitTargetReconciler) desired(ctx context.Context, target *mirrorv1alpha
 		return engine.TargetSpec{}, nil, err
 	}
 	spec := engine.TargetSpec{
-		Secrets: secrets,
-		// A spec this controller has not yet reported on may have moved the files (path, branch,
-		// provider): cursors recorded for the old location must not skip the replay.
-		Replay:        target.Status.ObservedGeneration != 0 && target.Status.ObservedGeneration != target.Generation,
+		Secrets:       secrets,
+		Replay:        layoutChanged(target),
 		UID:           string(target.UID),
 		Path:          target.Spec.Path,
 		IgnoreDeletes: target.Spec.Deletes == mirrorv1alpha1.DeletesIgnore,
@@ -315,7 +326,7 @@ func (r *GitTargetReconciler) desired(ctx context.Context, target *mirrorv1alpha
 		return spec, nil, err
 	}
 	for _, rule := range rules.Items {
-		if rule.Spec.TargetRef.Name != target.Name || (rule.Spec.TargetRef.Namespace != "" && rule.Spec.TargetRef.Namespace != target.Namespace) {
+		if rule.Spec.TargetRef.Name != target.Name || (rule.Spec.TargetRef.Namespace != "" && rule.Spec.TargetRef.Namespace != target.Namespace) || rule.Spec.Suspend {
 			continue
 		}
 		// Rules that resolve to nothing report it in their own status.
@@ -343,6 +354,26 @@ func (r *GitTargetReconciler) desired(ctx context.Context, target *mirrorv1alpha
 	})
 	excluded = slices.Compact(excluded)
 	return spec, excluded, nil
+}
+
+// LayoutDigest identifies the spec fields of a GitTarget that decide which files are written
+// where: all but suspend and commitWindow.
+func LayoutDigest(spec *mirrorv1alpha1.GitTargetSpec) string {
+	layout := spec.DeepCopy()
+	layout.Suspend, layout.CommitWindow = false, nil
+	b, _ := json.Marshal(layout) // a struct of strings, bools and slices always marshals
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
+}
+
+// layoutChanged says whether the files may have moved (path, branch, provider…) since the
+// cursors were recorded, so they must not skip the replay. A status from before the digest was
+// recorded falls back to the generation.
+func layoutChanged(target *mirrorv1alpha1.GitTarget) bool {
+	if d := target.Status.LayoutDigest; d != "" {
+		return d != LayoutDigest(&target.Spec)
+	}
+	return target.Status.ObservedGeneration != 0 && target.Status.ObservedGeneration != target.Generation
 }
 
 // ignoreLists returns a rule's ignore lists sorted and without duplicates.
@@ -475,6 +506,8 @@ func (r *GitTargetReconciler) writeStatus(ctx context.Context, target *mirrorv1a
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionTrue, "Mirroring", fmt.Sprintf("%d watches running", st.Streams)
 	}
 	if st != nil {
+		// The engine runs this spec now: the cursors it records belong to its layout.
+		s.LayoutDigest = LayoutDigest(&target.Spec)
 		s.WatchedStreams = int32(st.Streams)
 		s.PendingWrites = int32(st.Writer.Pending)
 		if st.Writer.LastPushedCommit != "" {
@@ -494,17 +527,15 @@ func (r *GitTargetReconciler) writeStatus(ctx context.Context, target *mirrorv1a
 		meta.SetStatusCondition(&s.Conditions, durable)
 	}
 	prevReady := meta.FindStatusCondition(old.Status.Conditions, mirrorv1alpha1.ConditionReady)
-	recordPushHistory(s, old.Status.LastPushedCommit, prevReady, ready)
+	if ready.Reason != ReasonSuspended {
+		recordPushHistory(s, old.Status.LastPushedCommit, prevReady, ready)
+	}
 	meta.SetStatusCondition(&s.Conditions, ready)
 	if equality.Semantic.DeepEqual(old.Status, target.Status) {
 		return nil
 	}
 	if r.Recorder != nil && (prevReady == nil || prevReady.Reason != ready.Reason) {
-		typ := corev1.EventTypeNormal
-		if ready.Status != metav1.ConditionTrue {
-			typ = corev1.EventTypeWarning
-		}
-		r.Recorder.Eventf(target, nil, typ, ready.Reason, "Reconcile", "%s", ready.Message)
+		r.Recorder.Eventf(target, nil, eventType(ready), ready.Reason, "Reconcile", "%s", ready.Message)
 	}
 	if err := r.Client.Status().Patch(ctx, target, client.MergeFromWithOptions(old, client.MergeFromWithOptimisticLock{})); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -513,6 +544,15 @@ func (r *GitTargetReconciler) writeStatus(ctx context.Context, target *mirrorv1a
 		return fmt.Errorf("patch GitTarget status: %w", err)
 	}
 	return nil
+}
+
+// eventType is Normal for a Ready condition that is True or says the object is suspended on
+// purpose, Warning otherwise.
+func eventType(ready metav1.Condition) string {
+	if ready.Status == metav1.ConditionTrue || ready.Reason == ReasonSuspended {
+		return corev1.EventTypeNormal
+	}
+	return corev1.EventTypeWarning
 }
 
 // recordPushHistory puts a new push, or a new push failure, first in s.History: a commit that

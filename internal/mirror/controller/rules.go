@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -91,6 +90,7 @@ func (r *RuleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		targetKey  types.NamespacedName
 		namespaced = !r.Cluster
 		old        client.Object
+		suspended  bool
 	)
 	if r.Cluster {
 		rule := &mirrorv1alpha1.ClusterWatchRule{}
@@ -105,6 +105,7 @@ func (r *RuleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
 		obj, old, spec, status = rule, rule.DeepCopy(), rule.Spec.Rules, &rule.Status
+		suspended = rule.Spec.Suspend
 		targetKey = types.NamespacedName{Namespace: rule.Spec.TargetRef.Namespace, Name: rule.Spec.TargetRef.Name}
 		if targetKey.Namespace == "" {
 			targetKey.Namespace = rule.Namespace
@@ -133,6 +134,9 @@ func (r *RuleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, terr
 	case rerr != nil:
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "NoResources", rerr.Error()
+	case suspended:
+		ready.Status, ready.Reason = metav1.ConditionFalse, ReasonSuspended
+		ready.Message = "the rule's watches are stopped: spec.suspend is set; its files and cursors are kept until it is unset"
 	default:
 		ready.Status, ready.Reason = metav1.ConditionTrue, "Resolved"
 		ready.Message = fmt.Sprintf("watching %s", strings.Join(status.Resources, ", "))
@@ -143,11 +147,7 @@ func (r *RuleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{RequeueAfter: resyncInterval}, nil
 	}
 	if r.Recorder != nil && (prev == nil || prev.Reason != ready.Reason) {
-		typ := corev1.EventTypeNormal
-		if ready.Status != metav1.ConditionTrue {
-			typ = corev1.EventTypeWarning
-		}
-		r.Recorder.Eventf(obj, nil, typ, ready.Reason, "Resolve", "%s", ready.Message)
+		r.Recorder.Eventf(obj, nil, eventType(ready), ready.Reason, "Resolve", "%s", ready.Message)
 	}
 	if err := r.Client.Status().Patch(ctx, obj, client.MergeFromWithOptions(old, client.MergeFromWithOptimisticLock{})); err != nil {
 		return requeueOnConflict(ctrl.Result{}, client.IgnoreNotFound(err))
@@ -209,11 +209,7 @@ func (r *ProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return ctrl.Result{RequeueAfter: resyncInterval}, nil
 	}
 	if r.Recorder != nil && (prev == nil || prev.Reason != ready.Reason) {
-		typ := corev1.EventTypeNormal
-		if ready.Status != metav1.ConditionTrue {
-			typ = corev1.EventTypeWarning
-		}
-		r.Recorder.Eventf(&p, nil, typ, ready.Reason, "Check", "%s", ready.Message)
+		r.Recorder.Eventf(&p, nil, eventType(ready), ready.Reason, "Check", "%s", ready.Message)
 	}
 	if err := r.Client.Status().Patch(ctx, &p, client.MergeFromWithOptions(old, client.MergeFromWithOptimisticLock{})); err != nil {
 		return requeueOnConflict(ctrl.Result{}, client.IgnoreNotFound(err))
