@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -18,32 +19,37 @@ import (
 // benchSites is how many Decofiles the get and stats benchmarks read.
 const benchSites = 5000
 
-// sites is the kubeconfig of the benchmarks' Decofiles, made once: the package's benchmarks
-// share one API server.
+// sites records whether the benchmarks' Decofiles were made: once, on the package's shared API
+// server, for every benchmark (and every run of one) to read.
 var sites struct {
-	once       sync.Once
-	kubeconfig string
+	once    sync.Once
+	created bool
 }
 
 // manySites creates n git Decofiles over 50 namespaces once, each with the status a delivered
-// site has, and returns a kubeconfig for them.
+// site has, and returns a kubeconfig for them that lives as long as b.
 func manySites(b *testing.B, n int) string {
 	b.Helper()
-	sites.once.Do(func() { sites.kubeconfig = createSites(b, n) })
-	if sites.kubeconfig == "" {
+	sites.once.Do(func() { sites.created = createSites(b, n) })
+	if !sites.created {
 		b.Fatal("the sites were not created")
 	}
-	return sites.kubeconfig
+	return kubeconfigFor(b, testenv.APIServer(b).Config, "default")
 }
 
-func createSites(b *testing.B, n int) string {
+func createSites(b *testing.B, n int) bool {
 	b.Helper()
 	c := testenv.APIServer(b)
+	ctx := context.Background()
+	// The namespaces outlive this benchmark: the later ones read the same sites.
 	var nss []string
 	for range 50 {
-		nss = append(nss, c.Namespace(b, "bench", nil))
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "bench-"}}
+		if err := c.Client.Create(ctx, ns); err != nil {
+			b.Fatal(err)
+		}
+		nss = append(nss, ns.Name)
 	}
-	ctx := context.Background()
 	work := make(chan int)
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
@@ -85,7 +91,7 @@ func createSites(b *testing.B, n int) string {
 		b.Fatal(err)
 	default:
 	}
-	return kubeconfigFor(b, c.Config, "default")
+	return true
 }
 
 // BenchmarkGetAllNamespaces5000: `siteops get decofiles -A` over 5 000 delivered sites, each
