@@ -3,10 +3,12 @@ package mirror_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +28,8 @@ import (
 func TestSuspendCommitsNothingAndKeepsCursors(t *testing.T) {
 	c := testenv.APIServer(t)
 	srv := testenv.Redis(t, servers.RedisOptions{})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
 	f := newFixture(t, c)
 	ctx := context.Background()
 	key := types.NamespacedName{Namespace: f.ns, Name: "t"}
@@ -43,8 +47,7 @@ func TestSuspendCommitsNothingAndKeepsCursors(t *testing.T) {
 		return nil
 	}
 	waitStatus(t, eng, key, pushed)
-	// Let the cursor of the last push reach Redis before the target stops.
-	time.Sleep(time.Second)
+	waitCursor(t, rdb, gt, cm)
 
 	if err := c.Client.Get(ctx, key, gt); err != nil {
 		t.Fatal(err)
@@ -79,7 +82,7 @@ func TestSuspendCommitsNothingAndKeepsCursors(t *testing.T) {
 	if n := f.commits(); n != commits+1 {
 		t.Fatalf("%d commits after the resume, want 1", n-commits)
 	}
-	time.Sleep(time.Second)
+	waitCursor(t, rdb, gt, cm)
 
 	// A suspended WatchRule: its watch stops, its file stays, its target reports no stream.
 	rule := &mirrorv1alpha1.WatchRule{}
@@ -117,4 +120,21 @@ func TestSuspendCommitsNothingAndKeepsCursors(t *testing.T) {
 	if len(st.Replays) != 0 {
 		t.Fatalf("the rule's resume replayed instead of resuming from its cursor: %v", st.Replays)
 	}
+}
+
+// waitCursor waits until the cursor of gt's ConfigMap watch in Redis has reached cm's last
+// change: only then does a stop keep everything up to it.
+func waitCursor(t *testing.T, rdb *redis.Client, gt *mirrorv1alpha1.GitTarget, cm *corev1.ConfigMap) {
+	t.Helper()
+	want, _ := strconv.Atoi(cm.ResourceVersion)
+	testenv.Eventually(t, 15*time.Second, func() error {
+		v, err := rdb.Get(context.Background(), cursorKey("suspend", gt)).Result()
+		if err != nil {
+			return err
+		}
+		if n, _ := strconv.Atoi(v); n < want {
+			return fmt.Errorf("cursor %s < %d", v, want)
+		}
+		return nil
+	})
 }

@@ -356,9 +356,9 @@ func (r *GitTargetReconciler) desired(ctx context.Context, target *mirrorv1alpha
 	return spec, excluded, nil
 }
 
-// LayoutDigest identifies the spec fields of a GitTarget that decide which files are written
+// layoutDigest identifies the spec fields of a GitTarget that decide which files are written
 // where: all but suspend and commitWindow.
-func LayoutDigest(spec *mirrorv1alpha1.GitTargetSpec) string {
+func layoutDigest(spec *mirrorv1alpha1.GitTargetSpec) string {
 	layout := spec.DeepCopy()
 	layout.Suspend, layout.CommitWindow = false, nil
 	b, _ := json.Marshal(layout) // a struct of strings, bools and slices always marshals
@@ -371,7 +371,7 @@ func LayoutDigest(spec *mirrorv1alpha1.GitTargetSpec) string {
 // recorded falls back to the generation.
 func layoutChanged(target *mirrorv1alpha1.GitTarget) bool {
 	if d := target.Status.LayoutDigest; d != "" {
-		return d != LayoutDigest(&target.Spec)
+		return d != layoutDigest(&target.Spec)
 	}
 	return target.Status.ObservedGeneration != 0 && target.Status.ObservedGeneration != target.Generation
 }
@@ -507,7 +507,7 @@ func (r *GitTargetReconciler) writeStatus(ctx context.Context, target *mirrorv1a
 	}
 	if st != nil {
 		// The engine runs this spec now: the cursors it records belong to its layout.
-		s.LayoutDigest = LayoutDigest(&target.Spec)
+		s.LayoutDigest = layoutDigest(&target.Spec)
 		s.WatchedStreams = int32(st.Streams)
 		s.PendingWrites = int32(st.Writer.Pending)
 		if st.Writer.LastPushedCommit != "" {
