@@ -62,6 +62,8 @@ type Invariant struct {
 type ManagerSample struct {
 	At  time.Duration `json:"at"`
 	Pod string        `json:"pod"`
+	// Leading is how long the pod had held the Lease when it was sampled.
+	Leading time.Duration `json:"leading"`
 	// LiveHeapBytes is the heap the last GC found live (go_gc_heap_live_bytes): what the
 	// manager keeps, whatever garbage is waiting for the next cycle.
 	LiveHeapBytes float64 `json:"liveHeapBytes"`
@@ -118,7 +120,7 @@ func (r *Report) Table(w io.Writer) {
 	}
 	_ = tw.Flush()
 	for _, m := range r.Manager {
-		fmt.Fprintf(w, "manager %s at %s: live heap %.1f MiB (in use %.1f MiB), %.0f goroutines\n", m.Pod, m.At.Round(time.Second),
-			m.LiveHeapBytes/(1<<20), m.HeapBytes/(1<<20), m.Goroutines)
+		fmt.Fprintf(w, "manager %s at %s, leading for %s: live heap %.1f MiB (in use %.1f MiB), %.0f goroutines\n", m.Pod, m.At.Round(time.Second),
+			m.Leading.Round(time.Second), m.LiveHeapBytes/(1<<20), m.HeapBytes/(1<<20), m.Goroutines)
 	}
 }
