@@ -136,23 +136,41 @@ func (e *eventLister) list(ctx context.Context) (evs []eventsv1.Event, rv, ns, n
 	if e.scope.allNamespaces {
 		ns = ""
 	}
-	var l eventsv1.EventList
-	err = e.c.List(ctx, &l, client.InNamespace(ns))
+	evs, rv, err = e.listPages(ctx, ns)
 	if err != nil && apierrors.IsForbidden(err) && ns == "" && e.fallback != "" {
 		note = "events: cannot list in all namespaces (forbidden); showing namespace " + e.fallback
 		ns = e.fallback
-		err = e.c.List(ctx, &l, client.InNamespace(ns))
+		evs, rv, err = e.listPages(ctx, ns)
 	}
 	if err != nil {
 		return nil, "", "", "", fmt.Errorf("list Events: %w", err)
 	}
-	for i := range l.Items {
-		if e.filter.matches(&l.Items[i]) {
-			evs = append(evs, l.Items[i])
+	slices.SortStableFunc(evs, func(a, b eventsv1.Event) int { return eventTime(&a).Compare(eventTime(&b)) })
+	return evs, rv, ns, note, nil
+}
+
+// eventsPageSize is how many Events one list request reads: a cluster's Events (most of them
+// not siteops') are read a page at a time, and only the matching ones are kept.
+var eventsPageSize int64 = 500
+
+// listPages reads the Events of ns page by page and keeps those that match; the resource version
+// is the one the pages were read at.
+func (e *eventLister) listPages(ctx context.Context, ns string) (evs []eventsv1.Event, rv string, err error) {
+	next := ""
+	for {
+		var l eventsv1.EventList
+		if err := e.c.List(ctx, &l, client.InNamespace(ns), client.Limit(eventsPageSize), client.Continue(next)); err != nil {
+			return nil, "", err
+		}
+		for i := range l.Items {
+			if e.filter.matches(&l.Items[i]) {
+				evs = append(evs, l.Items[i])
+			}
+		}
+		if next = l.Continue; next == "" {
+			return evs, l.ResourceVersion, nil
 		}
 	}
-	slices.SortStableFunc(evs, func(a, b eventsv1.Event) int { return eventTime(&a).Compare(eventTime(&b)) })
-	return evs, l.ResourceVersion, ns, note, nil
 }
 
 // run prints the Events, then with follow each new one until ctx ends.

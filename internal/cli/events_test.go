@@ -44,6 +44,12 @@ func TestEvents(t *testing.T) {
 	if strings.Contains(out, "BackOff") {
 		t.Errorf("another controller's Event is shown:\n%s", out)
 	}
+	// Read a page of one Event at a time, the same Events in the same order.
+	defer func(n int64) { eventsPageSize = n }(eventsPageSize)
+	eventsPageSize = 1
+	paged, _, err := runCLI(context.Background(), "events", "--kubeconfig", kc)
+	must(t, err)
+	golden(t, "events.golden", paged, ns)
 	out, _, err = runCLI(context.Background(), "events", "--types", "warning", "--for", "Decofile/shop", "--kubeconfig", kc)
 	must(t, err)
 	if !strings.Contains(out, "RolledBack") || strings.Contains(out, "Delivered") || strings.Contains(out, "ValkeyACL") {
