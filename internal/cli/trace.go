@@ -2,12 +2,15 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/go-git/go-git/v5"
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -22,12 +25,17 @@ import (
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	mirrorv1 "github.com/siteops/siteops/api/mirror/v1alpha1"
 	"github.com/siteops/siteops/internal/inspect"
+	"github.com/siteops/siteops/internal/mirror/verify"
+	"github.com/siteops/siteops/internal/tenant/acl"
+	"github.com/siteops/siteops/internal/tenant/provision"
+	"github.com/siteops/siteops/internal/tenant/rollout"
 )
 
 // traceOptions are the flags of `siteops trace`.
 type traceOptions struct {
 	kubeFlags
 	output string
+	repo   string
 }
 
 func newTraceCommand() *cobra.Command {
@@ -42,7 +50,8 @@ func newTraceCommand() *cobra.Command {
 		Example: "  siteops trace pod/shop-7d9c5-x2x4q -n sites-shop\n" +
 			"  siteops trace decofile/shop\n" +
 			"  siteops trace namespace/sites-shop\n" +
-			"  siteops trace configmap/settings -o json",
+			"  siteops trace configmap/settings -o json\n" +
+			"  siteops trace configmap/settings --repo ~/src/cluster-state",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			kind, name, ok := strings.Cut(args[0], "/")
@@ -56,7 +65,13 @@ func newTraceCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			links, err := trace(cmd.Context(), c, ns, strings.ToLower(kind), name)
+			var repo *git.Repository
+			if o.repo != "" {
+				if repo, err = verify.OpenRepository(o.repo); err != nil {
+					return fmt.Errorf("--repo: %w", err)
+				}
+			}
+			links, err := trace(cmd.Context(), c, ns, strings.ToLower(kind), name, repo)
 			if err != nil {
 				return err
 			}
@@ -78,21 +93,32 @@ func newTraceCommand() *cobra.Command {
 	}
 	o.bind(cmd.Flags(), "namespace of the object (default: the context's namespace)")
 	cmd.Flags().StringVarP(&o.output, "output", "o", o.output, "output format: table, json or yaml")
+	cmd.Flags().StringVar(&o.repo, "repo", "", "a clone (path) or URL of the mirror's repository: a mirrored object's trace then ends with the last commit of its file, its author and attribution")
 	return cmd
 }
 
-// firstProblem names the first link that is not Ready.
+// firstProblem names the last Failing link, the most specific of the chain (the pod behind, not
+// the Decofile that failed for it, nor the pod not Ready while it is stuck), or else the first
+// link that is not Ready.
 func firstProblem(links []inspect.Link) string {
-	for _, l := range links {
-		if l.State != inspect.StateReady {
-			return fmt.Sprintf("%s is %s: %s", l.What, l.State, l.Message)
+	i := -1
+	for j, l := range links {
+		if l.State == inspect.StateFailing {
+			i = j
 		}
 	}
-	return "nothing to trace"
+	if i < 0 {
+		i = slices.IndexFunc(links, func(l inspect.Link) bool { return l.State != inspect.StateReady })
+	}
+	if i < 0 {
+		return "nothing to trace"
+	}
+	return fmt.Sprintf("%s is %s: %s", links[i].What, links[i].State, links[i].Message)
 }
 
-// trace reads the chain of the object kind/name in namespace ns.
-func trace(ctx context.Context, c client.Client, ns, kind, name string) ([]inspect.Link, error) {
+// trace reads the chain of the object kind/name in namespace ns; repo, when set, is a clone of
+// the mirror's repository to read a mirrored object's last commit from.
+func trace(ctx context.Context, c client.Client, ns, kind, name string, repo *git.Repository) ([]inspect.Link, error) {
 	switch kind {
 	case "decofile", "decofiles", "df":
 		return decofileLinks(ctx, c, client.ObjectKey{Namespace: ns, Name: name}, "")
@@ -103,7 +129,7 @@ func trace(ctx context.Context, c client.Client, ns, kind, name string) ([]inspe
 	case "namespace", "namespaces", "ns":
 		return tenantLinks(ctx, c, name)
 	}
-	return mirrorLinks(ctx, c, ns, kind, name)
+	return mirrorLinks(ctx, c, ns, kind, name, repo)
 }
 
 // decofileLinks is the Decofile's chain; pod names the pod the trace started from, if any.
@@ -285,11 +311,35 @@ func tenantLinks(ctx context.Context, c client.Reader, name string) ([]inspect.L
 	if apierrors.IsForbidden(err) {
 		links[1].State, links[1].Message = inspect.StateUnknown, readProblem(err)
 	}
+	if st, _ := provision.StateFrom(&ns); len(st.Retiring) > 0 {
+		links = append(links, rotationLink(ctx, c, name, st.RetiringSince))
+	}
 	return links, nil
 }
 
-// mirrorLinks is the rules and targets that write the object kind/name to git.
-func mirrorLinks(ctx context.Context, c client.Client, ns, kind, name string) ([]inspect.Link, error) {
+// rotationLink is, during a password rotation, the injected workloads that still run pods
+// started with an earlier password: the ones the operator waits for before it removes it. The
+// current revision is derived from the Secret, which is read but never printed.
+func rotationLink(ctx context.Context, c client.Reader, ns string, since time.Time) inspect.Link {
+	var s corev1.Secret
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: decov1.ValkeyACLSecretName}, &s); err != nil {
+		return inspect.RotationLink(nil, since, fmt.Errorf("Secret %s: %s", decov1.ValkeyACLSecretName, readProblem(err)))
+	}
+	rev := provision.Revision(acl.User{Name: string(s.Data[decov1.ValkeyACLUsernameKey]), Password: string(s.Data[decov1.ValkeyACLPasswordKey])})
+	pending, err := (&rollout.Roller{Reader: c}).Pending(ctx, ns, rev)
+	if apierrors.IsForbidden(err) {
+		err = errors.New(readProblem(err))
+	}
+	names := make([]string, len(pending))
+	for i, w := range pending {
+		names[i] = w.String()
+	}
+	return inspect.RotationLink(names, since, err)
+}
+
+// mirrorLinks is the rules and targets that write the object kind/name to git, and with repo
+// (a clone of the targets' repository) the last commit of its file.
+func mirrorLinks(ctx context.Context, c client.Client, ns, kind, name string, repo *git.Repository) ([]inspect.Link, error) {
 	gr, namespaced, err := resourceOf(c, kind)
 	if err != nil {
 		return nil, err
@@ -323,7 +373,32 @@ func mirrorLinks(ctx context.Context, c client.Client, ns, kind, name string) ([
 			targets[key.String()] = &t
 		}
 	}
-	return inspect.MirrorTrace(gr, objNS, name, rules, targets), nil
+	var lastCommit inspect.CommitLookup
+	if repo != nil {
+		lastCommit = func(branch, path string) inspect.Link { return commitLink(repo, branch, path) }
+	}
+	return inspect.MirrorTrace(gr, objNS, name, rules, targets, lastCommit), nil
+}
+
+// commitLink is the last commit on branch of repo that changed path: who it names as the
+// author, and the attribution result its trailers state.
+func commitLink(repo *git.Repository, branch, path string) inspect.Link {
+	l := inspect.Link{What: "commit", State: inspect.StateReady}
+	fc, found, err := verify.LastChange(repo, branch, path)
+	switch {
+	case err != nil:
+		l.State, l.Message = inspect.StateUnknown, "cannot read the history of --repo: "+err.Error()
+	case !found:
+		l.State, l.Message = inspect.StateUnknown, fmt.Sprintf("no commit on %s of --repo changed %s (fetch the clone if the mirror pushed since)", branch, path)
+	default:
+		attribution := strings.Join(fc.Attribution, ", ")
+		if attribution == "" {
+			attribution = "not stated (no Attribution trailer)"
+		}
+		l.Object, l.Since = "Commit/"+fc.Commit[:min(12, len(fc.Commit))], &fc.When
+		l.Message = fmt.Sprintf("%q by %s <%s>, attribution %s", fc.Subject, fc.Author.Name, fc.Author.Email, attribution)
+	}
+	return l
 }
 
 // resourceOf resolves a resource as typed (configmap, secrets, deployments.apps) with the API

@@ -184,6 +184,24 @@ func TenantTrace(ns *corev1.Namespace, secret bool) []Link {
 	return append(links, sec)
 }
 
+// RotationLink is the workloads link of a tenant whose earlier passwords are retiring since
+// since: pending names the injected workloads still running pods started with one of them; err
+// says why they could not be listed.
+func RotationLink(pending []string, since time.Time, err error) Link {
+	l := Link{What: "workloads", Since: timeOf(&metav1.Time{Time: since})}
+	switch {
+	case err != nil:
+		l.State, l.Message = StateUnknown, "cannot tell which workloads hold an earlier password: "+err.Error()
+	case len(pending) == 0:
+		l.State, l.Message = StateReady, "every injected workload runs the current password; the earlier ones are removed next"
+	default:
+		l.State = StateProgressing
+		l.Message = fmt.Sprintf("%d workload(s) still run pods started with an earlier password, which stays valid until they roll out: %s",
+			len(pending), strings.Join(pending, ", "))
+	}
+	return l
+}
+
 // Rule is a WatchRule or ClusterWatchRule as a trace reads it.
 type Rule struct {
 	// Kind is WatchRule or ClusterWatchRule.
@@ -218,10 +236,13 @@ func (r Rule) TargetNamespace() string {
 	return r.Namespace
 }
 
+// CommitLookup is the link of the last commit that changed path on branch.
+type CommitLookup func(branch, path string) Link
+
 // MirrorTrace is the chain of a mirrored object: each rule that selects it, the target it
 // commits to, and the file it is written to. targets holds the GitTargets the caller could read,
-// by namespace/name.
-func MirrorTrace(gr schema.GroupResource, namespace, name string, rules []Rule, targets map[string]*mirrorv1.GitTarget) []Link {
+// by namespace/name. lastCommit, when set, adds after each target the last commit of the file.
+func MirrorTrace(gr schema.GroupResource, namespace, name string, rules []Rule, targets map[string]*mirrorv1.GitTarget, lastCommit CommitLookup) []Link {
 	var links []Link
 	for _, r := range rules {
 		if !r.Selects(gr) {
@@ -235,7 +256,8 @@ func MirrorTrace(gr schema.GroupResource, namespace, name string, rules []Rule, 
 			continue
 		}
 		s := GitTarget(t)
-		msg := fmt.Sprintf("branch %s, file %s", t.Spec.Branch, sanitize.Path(t.Spec.Path, gr, namespace, name))
+		file := sanitize.Path(t.Spec.Path, gr, namespace, name)
+		msg := fmt.Sprintf("branch %s, file %s", t.Spec.Branch, file)
 		if s.Revision != "" {
 			msg += ", last push " + s.Revision
 		}
@@ -243,6 +265,9 @@ func MirrorTrace(gr schema.GroupResource, namespace, name string, rules []Rule, 
 			msg += ": " + s.Message
 		}
 		links = append(links, Link{What: "target", Object: "GitTarget/" + key, State: s.State, Message: msg, Since: s.LastChange})
+		if lastCommit != nil {
+			links = append(links, lastCommit(t.Spec.Branch, file))
+		}
 	}
 	if len(links) == 0 {
 		links = append(links, Link{What: "rule", State: StateUnknown, Message: "no rule you can read mirrors " + gr.String()})

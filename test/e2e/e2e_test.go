@@ -41,6 +41,7 @@ func TestChartOnNode(t *testing.T) {
 		{"6 leader pod deleted: the other replica leads, an edit rolls out", (*env).leaderFailover},
 		{"7 mirror: a user's ConfigMap edit reaches git with that author", (*env).mirrorEdit},
 		{"8 mirror's Redis down: replicas stay Ready, workloads admitted, edits committed", (*env).mirrorRedisDown},
+		{"9 a frozen pod misses a publish: trace names it behind, exits 0 once it caught up", (*env).traceNamesAPodBehind},
 	}
 	for _, s := range steps {
 		if !timings.run(t, s.name, func(t *testing.T) { s.run(e, t) }) {
@@ -86,5 +87,10 @@ func (s *stepTimes) log(t *testing.T) {
 	t.Logf("step times:\n%s", b.String())
 }
 
-// installChart is step 1: the chart with the values a platform team would set for this cluster.
-func (e *env) installChart(t *testing.T) { e.InstallChart(t, e.ChartValues()) }
+// installChart is step 1: the chart with the values a platform team would set for this cluster,
+// and a short notification attempt per pod, so step 9's frozen pod fails its attempts quickly.
+func (e *env) installChart(t *testing.T) {
+	values := e.ChartValues()
+	values["flags"].(map[string]any)["notify-pod-timeout"] = notifyPodTimeout
+	e.InstallChart(t, values)
+}

@@ -89,4 +89,10 @@ func (e *env) mirrorEdit(t *testing.T) {
 			t.Errorf("history of %s lacks %q:\n%s", file, want, log)
 		}
 	}
+	// trace, given the repository, ends with that commit: its author and attribution result.
+	out, err := e.siteops("trace", "configmap/settings", "-n", ns, "--repo", bare)
+	if !strings.Contains(out, "by alice <alice@users.noreply.invalid>, attribution exact_user") {
+		t.Errorf("trace of the edited ConfigMap (%v) does not name its last commit's author and attribution:\n%s", err, out)
+	}
+	t.Logf("`siteops trace configmap/settings --repo` (%v):\n%s", err, out)
 }
