@@ -247,9 +247,36 @@ func (s *soak) killValkeyMaster(t *testing.T) error {
 		}
 		return nil
 	}); err != nil {
-		return fmt.Errorf("failover: %w", err)
+		// The node comes back either way: a failover that did not happen must not leave the set
+		// without a master for every later fault.
+		replicas := s.sentinelReplicas()
+		if serr := s.startValkeyNode(t, i); serr != nil {
+			err = errors.Join(err, serr)
+		}
+		return fmt.Errorf("failover: %w (the Sentinels' replicas: %s)", err, replicas)
 	}
 	return s.startValkeyNode(t, i)
+}
+
+// sentinelReplicas is what the first Sentinel that answers says of the master's replicas: their
+// address, flags and link to the master, the facts a failover chooses by.
+func (s *soak) sentinelReplicas() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, addr := range s.ValkeySet.SentinelAddrs() {
+		c := redis.NewSentinelClient(&redis.Options{Addr: addr, MaxRetries: -1})
+		replicas, err := c.Replicas(ctx, s.ValkeySet.MasterName).Result()
+		_ = c.Close()
+		if err != nil {
+			continue
+		}
+		var out []string
+		for _, r := range replicas {
+			out = append(out, fmt.Sprintf("%s:%s flags=%s link=%s down-since=%sms", r["ip"], r["port"], r["flags"], r["master-link-status"], r["master-link-down-time"]))
+		}
+		return strings.Join(out, "; ")
+	}
+	return "no Sentinel answered"
 }
 
 // restartValkeyReplica stops the current replica and starts it again.
