@@ -22,11 +22,12 @@ import (
 	"github.com/siteops/siteops/internal/mirror/store"
 )
 
-// Commit trailers the mirror writes (see docs/mirror-attribution.md).
+// Commit trailers the mirror writes (see docs/mirror-attribution.md): the writer's own names, so
+// what is read cannot drift from what is written.
 const (
-	TrailerAuditID     = "Audit-ID"
-	TrailerAttribution = "Attribution"
-	TrailerCluster     = "Cluster"
+	TrailerAuditID     = gitwriter.TrailerAuditID
+	TrailerAttribution = gitwriter.TrailerAttribution
+	TrailerCluster     = gitwriter.TrailerCluster
 )
 
 // unlabelled is the class of a change whose commit's Attribution trailers cannot be paired with
