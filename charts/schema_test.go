@@ -3,8 +3,10 @@ package charts_test
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -90,6 +92,10 @@ func valuesSchema() map[string]any {
 				"type": "object", "additionalProperties": false, "properties": flags,
 				"description": "every siteops-manager flag by name; null: not passed",
 			},
+			"extraArgs": map[string]any{
+				"type": "array", "description": "arguments after the flags (the log flags); never a credential",
+				"items": map[string]any{"type": "string", "not": map[string]any{"pattern": "^--?(" + strings.Join(slices.Sorted(maps.Keys(secretFlags)), "|") + ")(=|$)"}},
+			},
 		},
 	}
 }
@@ -122,6 +128,7 @@ func TestValuesSchemaRejects(t *testing.T) {
 		"wrong type":          "flags: {webhook-port: high}",
 		"bad duration":        "flags: {notify-timeout: five minutes}",
 		"password as a value": "flags: {redis-password: hunter2}",
+		"password as an arg":  "extraArgs: [--valkey-admin-password=hunter2]",
 		"unknown secret":      "secrets: {awsKey: {name: x}}",
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -131,5 +138,18 @@ func TestValuesSchemaRejects(t *testing.T) {
 				t.Errorf("helm accepted %s (%v), want a schema error", doc, err)
 			}
 		})
+	}
+}
+
+// TestExtraArgsFollowTheFlags: the log flags, which are no chart values, reach the manager
+// through extraArgs, after every flag.
+func TestExtraArgsFollowTheFlags(t *testing.T) {
+	d := render(t, "siteops", namespace, values(t, "extraArgs: [--zap-log-level=debug, --zap-encoder=console]")).deployment(t)
+	args := d.Spec.Template.Spec.Containers[0].Args
+	if n := len(args); n < 3 || args[n-2] != "--zap-log-level=debug" || args[n-1] != "--zap-encoder=console" {
+		t.Fatalf("manager args end with %q, want the extra args last", args[max(0, len(args)-3):])
+	}
+	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--controllers=") }) {
+		t.Errorf("the flags are gone from the args: %q", args)
 	}
 }
