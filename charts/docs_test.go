@@ -221,3 +221,46 @@ func TestMigrationNamesContract(t *testing.T) {
 		t.Fatalf("found only %d contract names in names.go", found)
 	}
 }
+
+var (
+	alertRule = regexp.MustCompile(`(?m)^\s*- alert: (\w+)\s*$`)
+	alertRow  = regexp.MustCompile("(?m)^\\| `(Siteops\\w+)` \\|")
+)
+
+// TestAlertsDocumented fails when the chart's PrometheusRule ships an alert that the Alerts
+// table of docs/operations.md does not explain, or the table names one the chart lacks.
+func TestAlertsDocumented(t *testing.T) {
+	rules, err := os.ReadFile(filepath.Join("siteops", "templates", "prometheusrule.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(operationsDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "\n## Alerts\n")
+	if !ok {
+		t.Fatalf("%s has no Alerts section", operationsDoc)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	var shipped, documented []string
+	for _, m := range alertRule.FindAllStringSubmatch(string(rules), -1) {
+		shipped = append(shipped, m[1])
+	}
+	for _, m := range alertRow.FindAllStringSubmatch(section, -1) {
+		documented = append(documented, m[1])
+	}
+	if len(shipped) == 0 {
+		t.Fatal("no alert found in the chart's PrometheusRule")
+	}
+	for _, a := range shipped {
+		if !slices.Contains(documented, a) {
+			t.Errorf("alert %s is shipped by the chart but has no row in the Alerts table of %s", a, operationsDoc)
+		}
+	}
+	for _, a := range documented {
+		if !slices.Contains(shipped, a) {
+			t.Errorf("the Alerts table of %s names %s, which the chart does not ship", operationsDoc, a)
+		}
+	}
+}
