@@ -22,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -236,6 +237,9 @@ type outcome struct {
 	// known: the resolved commit already failed for good at this generation; its condition
 	// stands and nothing is written or reported again.
 	known bool
+	// busy: every retrieval slot was taken, so nothing was read; the Decofile is looked at
+	// again shortly, without a status write.
+	busy bool
 	// commit is the resolved commit (github and git sources), also when delivery failed.
 	commit string
 	// restored: the ConfigMap held something the operator did not store and was rewritten.
@@ -293,6 +297,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		out = conflict(&df, holder)
 	} else {
 		out = r.deliver(ctx, &df, next)
+	}
+	if out.busy {
+		reconcilesTotal.WithLabelValues("waiting").Inc()
+		return ctrl.Result{RequeueAfter: retrievalRetry()}, nil
 	}
 	if out.known {
 		if requested != "" && requested != df.Status.LastHandledReconcileAt {
@@ -424,15 +432,11 @@ func (r *Reconciler) deliverConfigMap(ctx context.Context, df *decov1.Decofile, 
 	// someone else changed it. It is rewritten from the source like any missing content.
 	defaced := cm != nil && !intact && df.Status.StoredHash != "" && df.Status.ConfigMapName == cm.Name
 
-	if df.Spec.Source != decov1.SourceInline {
-		// A remote's content is held until it is stored: a few at a time, however many workers.
-		select {
-		case r.retrievals <- struct{}{}:
-			defer func() { <-r.retrievals }()
-		case <-ctx.Done():
-			return outcome{reason: ReasonStoreFailed, err: fmt.Errorf("wait to retrieve: %w", ctx.Err()), transient: true}
-		}
+	retrieved, ok := r.takeRetrieval(df)
+	if !ok {
+		return outcome{busy: true}
 	}
+	defer retrieved()
 	start := r.now()
 	blocks, commit, cached, err := r.fetch(ctx, df, intact)
 	fetchDuration.WithLabelValues(string(df.Spec.Source)).Observe(r.now().Sub(start).Seconds())
@@ -461,6 +465,27 @@ func (r *Reconciler) deliverConfigMap(ctx context.Context, df *decov1.Decofile, 
 		out.restored = defaced && out.changed
 	}
 	return out
+}
+
+// takeRetrieval takes one of the MaxConcurrentRetrievals slots for a remote source's delivery
+// (inline content needs none). It never waits: a worker waiting for a slot would be a worker
+// that inline Decofiles and other tenants cannot have while a slow remote holds every slot.
+func (r *Reconciler) takeRetrieval(df *decov1.Decofile) (release func(), ok bool) {
+	if df.Spec.Source == decov1.SourceInline {
+		return func() {}, true
+	}
+	select {
+	case r.retrievals <- struct{}{}:
+		return func() { <-r.retrievals }, true
+	default:
+		return nil, false
+	}
+}
+
+// retrievalRetry is when a Decofile that found every retrieval slot taken looks again:
+// about a second, spread so that the waiting Decofiles do not all come back at once.
+func retrievalRetry() time.Duration {
+	return wait.Jitter(time.Second, 1)
 }
 
 // errRejected says the resolved commit is the one that already failed for good.

@@ -8,7 +8,7 @@ import (
 var (
 	reconcilesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "siteops_decofile_reconciles_total",
-		Help: "Decofile delivery reconciles by result: stored (content written), unchanged, adopted (an existing ConfigMap kept), or the failure reason.",
+		Help: "Decofile delivery reconciles by result: stored (content written), unchanged, restored (a ConfigMap changed outside the operator rewritten), adopted (an existing ConfigMap kept), waiting (every retrieval slot taken; looked at again in about a second), or the failure reason.",
 	}, []string{"result"})
 	fetchDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "siteops_decofile_source_fetch_duration_seconds",

@@ -458,10 +458,11 @@ func TestHangingHostsOfTwoTenantsAsTenants(t *testing.T) {
 	t.Logf("%d samples over one timeout: at most %d request held; another tenant's Decofile Ready after %s", samples, most, delivered.Round(time.Millisecond))
 }
 
-// TestRetrievalsLeaveWorkersToInlineAsTenants: three tenants point a Decofile each at two hosts
-// that never answer. The retrievals they hold stay at the bound (4 by default, with 8 workers),
-// and a fourth tenant's inline Decofile is delivered meanwhile: before any held request is let go,
-// so it cannot have waited for a worker one of them freed.
+// TestRetrievalsLeaveWorkersToInlineAsTenants: three tenants point four Decofiles each at hosts
+// that never answer: more Decofiles than workers (8 by default). The retrievals they hold stay at
+// the bound (4 by default), the others wait for a slot without holding a worker, and a fourth
+// tenant's inline Decofile is delivered meanwhile: before any held request is let go, so it
+// cannot have waited for a worker one of them freed.
 func TestRetrievalsLeaveWorkersToInlineAsTenants(t *testing.T) {
 	e := start(t)
 	// The fourth tenant exists first: making a user and waiting for its binding is not delivery.
@@ -469,7 +470,7 @@ func TestRetrievalsLeaveWorkersToInlineAsTenants(t *testing.T) {
 	var held heldRequests
 	for i := range 3 {
 		tn := e.c.Tenant(t, fmt.Sprintf("hold-%d", i), nil)
-		for j := range 2 {
+		for j := range 4 {
 			if err := tn.Client.Create(context.Background(), gitDecofile(tn.Namespace, fmt.Sprintf("site-%d", j), hangingHost(t, &held)+"/site.git")); err != nil {
 				t.Fatalf("tenant creates its Decofile: %v", err)
 			}
