@@ -32,7 +32,7 @@ type decofileBuildOptions struct {
 func newDecofileBuildCommand() *cobra.Command {
 	o := decofileBuildOptions{name: "site", threshold: encode.DefaultThreshold, output: "summary", limits: source.DefaultLimits}
 	cmd := &cobra.Command{
-		Use:   "build (--dir DIR | --zip FILE) [--path P] [--threshold N] [-o yaml|json|summary]",
+		Use:   "build (--dir DIR | --zip FILE) [--path P] [--compression-threshold N] [-o yaml|json|summary]",
 		Short: "Extract and encode a Decofile offline and print the ConfigMap it would become",
 		Long: `Runs the operator's extraction and encoding on a checkout or a ZIP archive (such as a
 GitHub archive) and prints the ConfigMap the operator would write, or a size summary.
@@ -46,13 +46,21 @@ Use it to check that a site's blocks are valid, do not collide and fit in a Conf
 	f.StringVar(&o.dir, "dir", "", "folder holding the repository (a checkout)")
 	f.StringVar(&o.zip, "zip", "", "ZIP archive of the repository; a single top folder (as in GitHub archives) is skipped")
 	f.StringVar(&o.path, "path", "", "folder of the repository holding the block files, e.g. .deco/blocks")
-	f.IntVar(&o.threshold, "threshold", o.threshold, "merged-JSON size in bytes above which the content is brotli-compressed")
+	f.IntVar(&o.threshold, "compression-threshold", o.threshold, "merged-JSON size in bytes above which the content is brotli-compressed (the manager's flag of that name)")
 	f.StringVarP(&o.output, "output", "o", o.output, "yaml, json or summary")
 	f.StringVar(&o.name, "name", o.name, "Decofile name (the ConfigMap is decofile-<name>)")
 	f.StringVarP(&o.namespace, "namespace", "n", "", "namespace put on the printed ConfigMap")
-	f.Int64Var(&o.limits.DecompressedBytes, "max-content-bytes", o.limits.DecompressedBytes, "most block-file bytes read")
-	f.IntVar(&o.limits.Files, "max-files", o.limits.Files, "most block files read")
-	f.Int64Var(&o.limits.ArchiveBytes, "max-archive-bytes", o.limits.ArchiveBytes, "largest ZIP archive accepted")
+	// The limits carry the manager's flag names, so a value can be copied from its settings.
+	f.Int64Var(&o.limits.DecompressedBytes, "decofile-max-content-bytes", o.limits.DecompressedBytes, "most block-file bytes read")
+	f.IntVar(&o.limits.Files, "decofile-max-files", o.limits.Files, "most block files read")
+	f.Int64Var(&o.limits.ArchiveBytes, "decofile-max-archive-bytes", o.limits.ArchiveBytes, "largest ZIP archive accepted")
+	for old, name := range map[string]string{"threshold": "compression-threshold", "max-content-bytes": "decofile-max-content-bytes",
+		"max-files": "decofile-max-files", "max-archive-bytes": "decofile-max-archive-bytes"} {
+		alias := *f.Lookup(name)
+		alias.Name, alias.Shorthand = old, ""
+		f.AddFlag(&alias)
+		_ = f.MarkDeprecated(old, "use --"+name)
+	}
 	cmd.MarkFlagsMutuallyExclusive("dir", "zip")
 	cmd.MarkFlagsOneRequired("dir", "zip")
 	return cmd

@@ -112,3 +112,30 @@ func TestDecofileBuildErrors(t *testing.T) {
 		t.Fatalf("oversize: %v\n%s", err, out)
 	}
 }
+
+// TestDecofileBuildTakesTheManagersLimitNames: the limits are the manager's flags by name, and
+// the older short names still work, with a deprecation notice.
+func TestDecofileBuildTakesTheManagersLimitNames(t *testing.T) {
+	dir := t.TempDir()
+	for i, name := range []string{"a.json", "b.json"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(`{"n":`+string(rune('0'+i))+`}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, flag := range []string{"--decofile-max-files", "--max-files"} {
+		out, err := runBuild(t, "--dir", dir, flag, "1")
+		if err == nil || !strings.Contains(err.Error(), "more than 1 block files") {
+			t.Errorf("%s 1 with two block files: %v\n%s", flag, err, out)
+		}
+		if deprecated := strings.Contains(out, "use --decofile-max-files"); deprecated != (flag == "--max-files") {
+			t.Errorf("%s: deprecation notice shown %v:\n%s", flag, deprecated, out)
+		}
+	}
+	out, err := runBuild(t, "--dir", dir, "--compression-threshold", "1", "-o", "yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, decov1.KeyBin) {
+		t.Errorf("--compression-threshold 1 did not compress:\n%s", out)
+	}
+}

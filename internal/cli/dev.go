@@ -27,6 +27,7 @@ func newDevUpCommand() *cobra.Command {
 	o := devenv.Options{KubeconfigPath: ".siteops/kubeconfig", Manager: manager.DefaultOptions(), ImagesDir: devenv.DefaultImagesDir}
 	zapOpts := zap.Options{}
 	verbose := false
+	nodeMode := "off"
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start a local control plane with the manager; Ctrl-C stops everything",
@@ -39,6 +40,9 @@ func newDevUpCommand() *cobra.Command {
 			"then listen on the node's address on this machine, which pods reach.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := chooseNode(&o, nodeMode, cmd.OutOrStdout()); err != nil {
+				return err
+			}
 			logFile, err := devenv.OpenManagerLog(o)
 			if err != nil {
 				return err
@@ -59,8 +63,8 @@ func newDevUpCommand() *cobra.Command {
 	cmd.Flags().StringVar(&o.KubeconfigPath, "kubeconfig", o.KubeconfigPath, "where to write the admin kubeconfig")
 	cmd.Flags().StringVar(&o.StateDir, "state-dir", "", "folder for server data and logs (default: the kubeconfig's folder)")
 	cmd.Flags().StringSliceVar(&o.Manager.Controllers, "controllers", o.Manager.Controllers, "parts to run")
-	cmd.Flags().BoolVar(&o.Node, "node", false, "also start a real node (root and `make node-tools`) running the images of --images")
-	cmd.Flags().StringVar(&o.ImagesDir, "images", o.ImagesDir, "folder of image archives (`make image`) the node imports")
+	nodeFlag(cmd, &nodeMode, "also start a real node running the images of --images")
+	imagesFlag(cmd, &o.ImagesDir)
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "stream every component's log to stderr as well as to its file")
 	goFlags := goflag.NewFlagSet("log", goflag.ContinueOnError)
 	zapOpts.BindFlags(goFlags)
@@ -82,18 +86,8 @@ func newDevDemoCommand() *cobra.Command {
 			"processes registered as Pods.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			switch nodeMode {
-			case "on":
-				o.Node = true
-			case "off":
-			case "auto":
-				if err := devenv.CheckNode(o.ImagesDir); err != nil {
-					fmt.Fprintf(cmd.OutOrStdout(), "siteops demo: no real node (%v); site pods run as local processes\n", err)
-				} else {
-					o.Node = true
-				}
-			default:
-				return fmt.Errorf("--node %q: want auto, on or off", nodeMode)
+			if err := chooseNode(&o, nodeMode, cmd.OutOrStdout()); err != nil {
+				return err
 			}
 			logFile, err := devenv.OpenManagerLog(o)
 			if err != nil {
@@ -110,12 +104,43 @@ func newDevDemoCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&o.KubeconfigPath, "kubeconfig", o.KubeconfigPath, "where to write the admin kubeconfig while the demo runs")
 	cmd.Flags().StringVar(&examples, "examples", examples, "sample repository for the wave planner step")
-	cmd.Flags().StringVar(&nodeMode, "node", nodeMode, "run the site pods on a real node: auto (when root, node tools and images are there), on or off")
-	cmd.Flags().StringVar(&o.ImagesDir, "images", o.ImagesDir, "folder of image archives (`make image`) the node imports")
+	nodeFlag(cmd, &nodeMode, "run the site pods on a real node")
+	imagesFlag(cmd, &o.ImagesDir)
 	goFlags := goflag.NewFlagSet("log", goflag.ContinueOnError)
 	zapOpts.BindFlags(goFlags)
 	cmd.Flags().AddGoFlagSet(goFlags)
 	return cmd
+}
+
+// nodeFlag binds --node, the same on dev up and dev demo: auto, on or off; --node alone is on.
+func nodeFlag(cmd *cobra.Command, mode *string, what string) {
+	cmd.Flags().StringVar(mode, "node", *mode, what+": on (needs root and make node-tools), off, or auto (on when "+
+		"running as root with the node tools and images built); --node alone is on")
+	cmd.Flags().Lookup("node").NoOptDefVal = "on"
+}
+
+// imagesFlag binds --images, the folder of image archives the node imports.
+func imagesFlag(cmd *cobra.Command, dir *string) {
+	cmd.Flags().StringVar(dir, "images", *dir, "folder of image archives (from make image) the node imports")
+}
+
+// chooseNode sets o.Node from --node; auto says on out why it runs without a node.
+func chooseNode(o *devenv.Options, mode string, out io.Writer) error {
+	switch mode {
+	case "on":
+		o.Node = true
+	case "off":
+		o.Node = false
+	case "auto":
+		if err := devenv.CheckNode(o.ImagesDir); err != nil {
+			fmt.Fprintf(out, "siteops: running without a real node: %v\n", err)
+		} else {
+			o.Node = true
+		}
+	default:
+		return fmt.Errorf("--node %q: want auto, on or off", mode)
+	}
+	return nil
 }
 
 // runInProcess runs a siteops command line in this process, as the demo's steps do.
