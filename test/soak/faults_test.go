@@ -72,6 +72,9 @@ func (s *soak) inject(t *testing.T, f Fault) FaultResult {
 	switch f {
 	case FaultValkeyMasterKill, FaultValkeyReplicaRestart:
 		measure("all users on all nodes", s.usersOnAllNodes)
+		// The next Valkey fault needs a replica to fail over to: the restarted node has been
+		// made one, and it is in sync.
+		measure("replication restored", s.replicationRestored)
 	case FaultMirrorRedisRestart:
 		measure("cursors durable", s.cursorsDurable)
 	}
@@ -340,6 +343,35 @@ func (s *soak) valkeyRole(role string) (int, error) {
 		}
 	}
 	return -1, fmt.Errorf("no Valkey node is %s now", role)
+}
+
+// replicationRestored reports nil when the node the Sentinels name is the one master and every
+// other Valkey node replicates from it with its link up.
+func (s *soak) replicationRestored(ctx context.Context) error {
+	master, err := s.sentinelMaster(ctx)
+	if err != nil {
+		return err
+	}
+	for _, p := range s.valkeyNodes {
+		c := redis.NewClient(&redis.Options{Addr: p.Addr, Password: s.ValkeyPassword, MaxRetries: -1})
+		r, err := c.Do(ctx, "ROLE").Slice()
+		_ = c.Close()
+		switch {
+		case err != nil:
+			return fmt.Errorf("ROLE on %s: %w", p.Addr, err)
+		case len(r) == 0:
+			return fmt.Errorf("ROLE on %s: empty answer", p.Addr)
+		case p.Addr == master:
+			if r[0] != redisMaster {
+				return fmt.Errorf("%s, the Sentinels' master, is %v", p.Addr, r[0])
+			}
+		case r[0] != redisReplica || len(r) < 4:
+			return fmt.Errorf("%s is %v, not yet a replica of %s", p.Addr, r[0], master)
+		case fmt.Sprint(r[1])+":"+fmt.Sprint(r[2]) != master || r[3] != "connected":
+			return fmt.Errorf("%s replicates from %v:%v (%v), want %s connected", p.Addr, r[1], r[2], r[3], master)
+		}
+	}
+	return nil
 }
 
 // sentinelMaster is the master address the first Sentinel that answers names.
