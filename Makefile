@@ -14,7 +14,7 @@ BIN := bin
 TEST_PARALLEL ?= 2
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build image install node-tools e2e test test-tools test-deps unit lint vet generate manifests check-manifests bench demo soak clean
+.PHONY: all build image install node-tools e2e test test-tools test-deps unit lint vet generate manifests check-manifests docs bench demo soak clean
 
 all: build
 
@@ -59,6 +59,12 @@ manifests:
 	  $(TOOLS) controller-gen rbac:roleName=siteops-$$part paths=./internal/$$part/... output:rbac:stdout > charts/siteops/files/rbac/$$part.yaml; \
 	done
 	go run ./hack/rbacgen
+
+## docs: write the generated references again (API fields, CLI commands, manager flags, metrics, RBAC); the tests fail while they are stale
+docs: manifests
+	go test ./config/crd -run TestAPIReferenceCurrent -update
+	go test ./internal/cli -run TestCLIReferenceCurrent -update
+	go test ./charts -run 'TestOperationsDocCurrent|TestRBACDocsCurrent' -update
 
 ## check-manifests: fail when generated code or manifests are stale
 check-manifests: generate manifests
