@@ -14,7 +14,7 @@ BIN := bin
 TEST_PARALLEL ?= 2
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build image install node-tools e2e test test-tools test-deps unit lint vet generate manifests check-manifests docs bench demo soak clean
+.PHONY: all build image image-push install node-tools e2e test test-tools test-deps unit lint vet generate manifests check-manifests docs bench demo soak clean
 
 all: build
 
@@ -33,6 +33,12 @@ image:
 	$(STATIC_BUILD) -o $(BIN)/linux-amd64/siteops-manager ./cmd/siteops-manager
 	$(STATIC_BUILD) -o $(BIN)/linux-amd64/siteops ./cmd/siteops
 	go run ./hack/image --version $(VERSION) --bin-dir $(BIN)/linux-amd64 --out $(BIN)/images
+
+## image-push: the images, pushed to REGISTRY (host[:port][/prefix]) with the docker config's credentials; INSECURE=1 for plain HTTP
+REGISTRY ?=
+image-push: image
+	@[ -n "$(REGISTRY)" ] || { echo "set REGISTRY: make image-push REGISTRY=HOST[:PORT][/PREFIX]"; exit 2; }
+	go run ./hack/image --version $(VERSION) --bin-dir $(BIN)/linux-amd64 --out $(BIN)/images --push $(REGISTRY) $(if $(INSECURE),--insecure)
 
 ## install: the CLI as siteops and kubectl-siteops (a kubectl plugin) into GOBIN
 install: build

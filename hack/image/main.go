@@ -4,6 +4,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -26,14 +27,17 @@ func main() {
 	out := flag.String("out", "bin/images", "folder the image archives are written to")
 	version := flag.String("version", "", "image tag (the chart's appVersion)")
 	ca := flag.String("ca-bundle", "/etc/ssl/certs/ca-certificates.crt", "CA bundle shipped in the images")
+	var push image.PushOptions
+	flag.StringVar(&push.Registry, "push", "", "also push the images to this registry (host[:port][/prefix]), with the docker config's credentials")
+	flag.BoolVar(&push.Insecure, "insecure", false, "allow plain HTTP to the registry of --push")
 	flag.Parse()
-	if err := run(*binDir, *out, *version, *ca); err != nil {
+	if err := run(*binDir, *out, *version, *ca, push); err != nil {
 		fmt.Fprintln(os.Stderr, "image:", err)
 		os.Exit(1)
 	}
 }
 
-func run(binDir, out, version, ca string) error {
+func run(binDir, out, version, ca string, push image.PushOptions) error {
 	if version == "" {
 		return fmt.Errorf("--version is required (the chart's appVersion)")
 	}
@@ -59,6 +63,13 @@ func run(binDir, out, version, ca string) error {
 			return err
 		}
 		fmt.Printf("%s\t%s\tdigest %s\timage ID %s\n", ref, file, digest, id)
+		if push.Registry != "" {
+			pushed, err := image.Push(context.Background(), img, i.repository, version, push)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("pushed\t%s\n", pushed)
+		}
 	}
 	return nil
 }
