@@ -43,6 +43,10 @@ func (w *Writer) flush(ctx context.Context, ops []Op, cmd *Command) (CommandResu
 		if err == nil {
 			now := time.Now()
 			w.tip = newTip
+			if err := w.store.trim(newTip); err != nil {
+				// Nothing is lost: the objects stay until the next trim or reopen.
+				log.Error(err, "forget the objects of earlier pushes")
+			}
 			metrics.Pushes.WithLabelValues("success").Inc()
 			w.setStatus(func(s *Status) {
 				s.LastPushedCommit, s.LastPushTime, s.LastError = newTip.String(), now, nil

@@ -1,8 +1,6 @@
 package gitwriter
 
 import (
-	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/storage/memory"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -160,43 +158,4 @@ func (p *pendingOps) reset() {
 	p.ops = p.ops[:0]
 	p.live, p.dropped, p.bytes = 0, 0, 0
 	p.coalescing, p.file, p.cursor = false, nil, nil
-}
-
-// objectStore is the writer's in-memory git storage. It notes the blobs a build adds so they
-// can be dropped once the push is done or failed: the writer compares files by hash and never
-// reads a blob back, and a retry builds them again from the pending changes. Without this, every
-// failed push of new content would leave its blobs in memory for good.
-//
-// A fetched pack reaches the store through PackfileWriter, which bounds it by maxPackBytes and
-// the inflated size of its objects by maxObjectBytes.
-type objectStore struct {
-	*memory.Storage
-	tracking bool
-	added    []plumbing.Hash
-
-	maxPackBytes, maxObjectBytes int64
-}
-
-func newObjectStore(maxPackBytes, maxObjectBytes int64) *objectStore {
-	return &objectStore{Storage: memory.NewStorage(), maxPackBytes: maxPackBytes, maxObjectBytes: maxObjectBytes}
-}
-
-// SetEncodedObject stores obj, noting a blob that was not stored yet while tracking.
-func (s *objectStore) SetEncodedObject(obj plumbing.EncodedObject) (plumbing.Hash, error) {
-	if s.tracking && obj.Type() == plumbing.BlobObject {
-		if _, ok := s.Objects[obj.Hash()]; !ok {
-			s.added = append(s.added, obj.Hash())
-		}
-	}
-	return s.Storage.SetEncodedObject(obj)
-}
-
-// releaseBlobs forgets the blobs noted since the last call.
-func (s *objectStore) releaseBlobs() {
-	for _, h := range s.added {
-		delete(s.Objects, h)
-		delete(s.Blobs, h)
-	}
-	clear(s.added)
-	s.added = s.added[:0]
 }

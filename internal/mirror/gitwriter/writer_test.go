@@ -460,3 +460,42 @@ func TestStoppedWriterClosesItsConnections(t *testing.T) {
 		return nil
 	})
 }
+
+// TestWriterForgetsEarlierPushes: a writer pushing commit after commit keeps the objects of its
+// tip's snapshot, not those of every commit it pushed (before, 150 pushes left over 900 objects
+// in memory until ReopenAfter), and builds on a remote that moved after the trim.
+func TestWriterForgetsEarlierPushes(t *testing.T) {
+	const pushes = 150
+	remote := testenv.GitRemote(t, servers.GitRemoteOptions{})
+	url, _ := remote.CreateRepo("trim", "main")
+	bare := remote.RepoDir("trim")
+	w := New(Config{URL: url, Branch: "main", Committer: Signature{"Mirror", "mirror@example.com"}, Egress: localEgress(t)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = w.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	for i := range pushes {
+		_ = w.Enqueue(ctx, upsert(fmt.Sprintf("ns/core/configmaps/cm-%d.yaml", i%20), fmt.Sprintf("v%d\n", i), fmt.Sprint(i+1)))
+		waitCommits(t, bare, i+1)
+	}
+	// Someone else pushes; the writer fetches on top of its trimmed store and builds on theirs.
+	clone := t.TempDir()
+	gitOut(t, "", "clone", "-q", url, clone)
+	if err := os.WriteFile(filepath.Join(clone, "README.md"), []byte("hand written\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gitOut(t, clone, "add", "README.md")
+	gitOut(t, clone, "commit", "-q", "-m", "docs: readme")
+	gitOut(t, clone, "push", "-q", "origin", "main")
+	_ = w.Enqueue(ctx, upsert("ns/core/configmaps/last.yaml", "last\n", fmt.Sprint(pushes+1)))
+	waitCommits(t, bare, pushes+2)
+	gitOut(t, "", "--git-dir", bare, "fsck", "--strict")
+
+	cancel()
+	<-done
+	// The snapshot: a commit, the root tree and the trees of ns, core and configmaps; the store
+	// may hold twice what the last trim kept and trimSlack more before it trims again.
+	if n := len(w.store.Objects); n > 2*8+trimSlack {
+		t.Fatalf("after %d pushes the writer holds %d objects, want at most %d", pushes+1, n, 2*8+trimSlack)
+	}
+}
