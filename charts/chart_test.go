@@ -65,6 +65,7 @@ var secretFlags = map[string]string{
 	"valkey-admin-password":    "VALKEY_ADMIN_PASSWORD",
 	"valkey-sentinel-password": "VALKEY_SENTINEL_PASSWORD",
 	"redis-password":           "REDIS_PASSWORD",
+	"redis-sentinel-password":  "REDIS_SENTINEL_PASSWORD",
 }
 
 // computedFlags are value keys that are null by default because the chart fills them from the
@@ -207,7 +208,7 @@ var valueSets = map[string]string{
 	"no commitrequest webhook": "flags: {commitrequest-webhook: false}",
 	"no injection":             "flags: {decofile-disable-injection: true}",
 	"monitoring":               "metrics: {serviceMonitor: {enabled: true}, prometheusRule: {enabled: true}, dashboard: {enabled: true}}",
-	"secrets":                  "secrets: {githubToken: {name: gh}, valkeyAdminPassword: {name: valkey}, valkeySentinelPassword: {name: sentinel}, redisPassword: {name: redis}, s3Credentials: {name: s3}}",
+	"secrets":                  "secrets: {githubToken: {name: gh}, valkeyAdminPassword: {name: valkey}, valkeySentinelPassword: {name: sentinel}, redisPassword: {name: redis}, redisSentinelPassword: {name: rsentinel}, s3Credentials: {name: s3}}",
 	"no metrics":               `flags: {metrics-bind-address: "0"}`,
 	"lease elsewhere":          "flags: {leader-election-namespace: leases}",
 }
@@ -383,7 +384,7 @@ func TestComputedFlags(t *testing.T) {
 func TestCredentialsOnlyFromSecrets(t *testing.T) {
 	m := render(t, "siteops", namespace, values(t, valueSets["secrets"]))
 	c := m.deployment(t).Spec.Template.Spec.Containers[0]
-	want := map[string]string{"GITHUB_TOKEN": "gh", "VALKEY_ADMIN_PASSWORD": "valkey", "VALKEY_SENTINEL_PASSWORD": "sentinel", "REDIS_PASSWORD": "redis", "AWS_ACCESS_KEY_ID": "s3", "AWS_SECRET_ACCESS_KEY": "s3"}
+	want := map[string]string{"GITHUB_TOKEN": "gh", "VALKEY_ADMIN_PASSWORD": "valkey", "VALKEY_SENTINEL_PASSWORD": "sentinel", "REDIS_PASSWORD": "redis", "REDIS_SENTINEL_PASSWORD": "rsentinel", "AWS_ACCESS_KEY_ID": "s3", "AWS_SECRET_ACCESS_KEY": "s3"}
 	for _, e := range c.Env {
 		if secret, ok := want[e.Name]; ok {
 			if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != secret {

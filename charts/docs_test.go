@@ -26,6 +26,7 @@ var secretValues = map[string]string{
 	"valkey-admin-password":    "secrets.valkeyAdminPassword",
 	"valkey-sentinel-password": "secrets.valkeySentinelPassword",
 	"redis-password":           "secrets.redisPassword",
+	"redis-sentinel-password":  "secrets.redisSentinelPassword",
 }
 
 // flagGroups splits the manager's flags by the part that binds them.

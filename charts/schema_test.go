@@ -77,6 +77,7 @@ func valuesSchema() map[string]any {
 				"valkeyAdminPassword":    secretRefSchema("VALKEY_ADMIN_PASSWORD"),
 				"valkeySentinelPassword": secretRefSchema("VALKEY_SENTINEL_PASSWORD"),
 				"redisPassword":          secretRefSchema("REDIS_PASSWORD"),
+				"redisSentinelPassword":  secretRefSchema("REDIS_SENTINEL_PASSWORD"),
 				"pushWebhookSecret":      secretRefSchema("PUSH_WEBHOOK_SECRET"),
 				"githubAppPrivateKey":    secretRefSchema("the GitHub App's private key, mounted for --github-app-private-key-file"),
 				"s3Credentials": map[string]any{

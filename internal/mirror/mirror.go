@@ -32,8 +32,17 @@ import (
 // Options configures the mirror part.
 type Options struct {
 	// RedisAddr is host:port of the Redis/Valkey server holding the watch resume cursors. Empty
-	// runs without durable cursors (every restart replays), which only suits local development.
+	// (and no RedisSentinelAddrs) runs without durable cursors (every restart replays), which
+	// only suits local development.
 	RedisAddr string
+	// RedisSentinelAddrs, instead of RedisAddr, are Sentinels monitoring that server as
+	// RedisSentinelMaster: the mirror follows its master across failovers.
+	RedisSentinelAddrs []string
+	// RedisSentinelMaster is the name the Sentinels monitor the server under.
+	RedisSentinelMaster string
+	// RedisSentinelUsername and RedisSentinelPassword authenticate to the Sentinels
+	// (RedisSentinelPassword defaults to $REDIS_SENTINEL_PASSWORD).
+	RedisSentinelUsername, RedisSentinelPassword string
 	// RedisUsername and RedisPassword authenticate to it (RedisPassword defaults to $REDIS_PASSWORD).
 	RedisUsername string
 	RedisPassword string
@@ -120,7 +129,14 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 		o.RedisKeyPrefix = store.DefaultKeyPrefix
 	}
 	o.flags = fs
-	fs.StringVar(&o.RedisAddr, "redis-addr", o.RedisAddr, "mirror: host:port of the Redis/Valkey server holding the watch resume cursors (without it every restart replays)")
+	fs.StringVar(&o.RedisAddr, "redis-addr", o.RedisAddr, "mirror: host:port of the Redis/Valkey server holding the watch resume cursors (without it, or --redis-sentinel-addrs, every restart replays)")
+	fs.StringSliceVar(&o.RedisSentinelAddrs, "redis-sentinel-addrs", o.RedisSentinelAddrs, "mirror: host:port of Sentinels monitoring that server, instead of --redis-addr: the mirror follows its master across failovers")
+	if o.RedisSentinelMaster == "" {
+		o.RedisSentinelMaster = "mymaster"
+	}
+	fs.StringVar(&o.RedisSentinelMaster, "redis-sentinel-master", o.RedisSentinelMaster, "mirror: name the Sentinels of --redis-sentinel-addrs monitor the server under")
+	fs.StringVar(&o.RedisSentinelUsername, "redis-sentinel-username", o.RedisSentinelUsername, "mirror: username on those Sentinels, when they use ACL users (empty: the default user)")
+	fs.StringVar(&o.RedisSentinelPassword, "redis-sentinel-password", o.RedisSentinelPassword, "mirror: password of those Sentinels, when they require one (default $REDIS_SENTINEL_PASSWORD)")
 	fs.StringVar(&o.RedisUsername, "redis-username", o.RedisUsername, "mirror: Redis ACL user name")
 	fs.StringVar(&o.RedisPassword, "redis-password", o.RedisPassword, "mirror: Redis password (default $REDIS_PASSWORD)")
 	fs.IntVar(&o.RedisDB, "redis-db", o.RedisDB, "mirror: Redis logical database")
@@ -206,16 +222,24 @@ func (o *Options) Validate() error {
 	if _, err := o.unattributedAuthor(); err != nil {
 		errs = append(errs, err)
 	}
-	if o.Attribution.Enabled && o.RedisAddr == "" {
-		errs = append(errs, errors.New("--author-attribution needs --redis-addr: the audit facts are kept in Redis"))
+	if o.Attribution.Enabled && !o.redisConfigured() {
+		errs = append(errs, errors.New("--author-attribution needs --redis-addr (or --redis-sentinel-addrs): the audit facts are kept in Redis"))
+	}
+	if o.RedisAddr != "" && len(o.RedisSentinelAddrs) > 0 {
+		errs = append(errs, errors.New("--redis-addr and --redis-sentinel-addrs both name the mirror's Redis: set one (with Sentinels, the master they name is used)"))
 	}
 	return errors.Join(errs...)
+}
+
+// redisConfigured reports whether the mirror has a Redis, directly or through Sentinels.
+func (o *Options) redisConfigured() bool {
+	return o.RedisAddr != "" || len(o.RedisSentinelAddrs) > 0
 }
 
 // commitRequestWebhookServed reports whether the CommitRequest webhook is served: it is on and
 // has Redis to keep its records in.
 func (o *Options) commitRequestWebhookServed() bool {
-	return o.CommitRequestWebhook && o.RedisAddr != ""
+	return o.CommitRequestWebhook && o.redisConfigured()
 }
 
 // commitRequestWebhookAuth refuses a served CommitRequest webhook without a client CA: anyone
@@ -261,7 +285,12 @@ func (o *Options) storeConfig() store.RedisStoreConfig {
 	if password == "" {
 		password = os.Getenv("REDIS_PASSWORD")
 	}
-	return store.RedisStoreConfig{Addr: o.RedisAddr, Username: o.RedisUsername, AuthValue: password, DB: o.RedisDB, TLSEnabled: o.RedisTLS, KeyPrefix: o.RedisKeyPrefix}
+	sentinelPassword := o.RedisSentinelPassword
+	if sentinelPassword == "" {
+		sentinelPassword = os.Getenv("REDIS_SENTINEL_PASSWORD")
+	}
+	return store.RedisStoreConfig{Addr: o.RedisAddr, Username: o.RedisUsername, AuthValue: password, DB: o.RedisDB, TLSEnabled: o.RedisTLS, KeyPrefix: o.RedisKeyPrefix,
+		SentinelAddrs: o.RedisSentinelAddrs, SentinelMaster: o.RedisSentinelMaster, SentinelUsername: o.RedisSentinelUsername, SentinelPassword: sentinelPassword}
 }
 
 // Setup registers the part's controllers, its engine (run by the leader only) and a readiness
@@ -281,14 +310,14 @@ func SetupWithEngine(mgr ctrl.Manager, o Options) (*engine.Engine, error) {
 	var cursors engine.CursorStore
 	var redisStore *store.RedisStore
 	log := ctrl.Log.WithName("mirror")
-	if o.RedisAddr == "" {
+	if !o.redisConfigured() {
 		log.Info("WARNING: --redis-addr is not set: watch resume cursors are not kept and every restart replays")
 	} else {
 		st, err := store.NewRedisStore(o.storeConfig())
 		if err != nil {
 			return nil, err
 		}
-		log.Info("resume cursors in Redis", "addr", o.RedisAddr, "db", o.RedisDB, "keyPrefix", st.KeyPrefix())
+		log.Info("resume cursors in Redis", "addr", o.RedisAddr, "sentinels", o.RedisSentinelAddrs, "db", o.RedisDB, "keyPrefix", st.KeyPrefix())
 		cursors = st
 		redisStore = st
 	}

@@ -35,8 +35,15 @@ var watchCursorTTL = WatchCursorTTL
 
 // RedisStoreConfig configures the Redis/Valkey connection that backs the watch resume cursors.
 type RedisStoreConfig struct {
-	// Addr is host:port of the server.
+	// Addr is host:port of the server; unused when SentinelAddrs is set.
 	Addr string
+	// SentinelAddrs are host:port of Sentinels that monitor the server as SentinelMaster: the
+	// connection follows the master they name, across failovers.
+	SentinelAddrs []string
+	// SentinelMaster is the name the Sentinels monitor the server under.
+	SentinelMaster string
+	// SentinelUsername and SentinelPassword authenticate to the Sentinels, when they require it.
+	SentinelUsername, SentinelPassword string
 	// Username for ACL authentication; empty means the default user.
 	Username string
 	// AuthValue is the password.
@@ -62,8 +69,11 @@ type RedisStore struct {
 // NewRedisStore validates cfg and opens the connection that backs the resume cursors. It does not
 // wait for the server: use Ping to check it is reachable.
 func NewRedisStore(cfg RedisStoreConfig) (*RedisStore, error) {
-	if cfg.Addr == "" {
-		return nil, errors.New("redis store: address is empty: set --redis-addr to host:port")
+	if cfg.Addr == "" && len(cfg.SentinelAddrs) == 0 {
+		return nil, errors.New("redis store: address is empty: set --redis-addr to host:port, or --redis-sentinel-addrs")
+	}
+	if len(cfg.SentinelAddrs) > 0 && cfg.SentinelMaster == "" {
+		return nil, errors.New("redis store: --redis-sentinel-addrs needs --redis-sentinel-master, the name the Sentinels monitor the server under")
 	}
 	raw := cfg.KeyPrefix
 	if raw == "" {
@@ -86,7 +96,24 @@ func NewRedisStore(cfg RedisStoreConfig) (*RedisStore, error) {
 	if cfg.TLSEnabled {
 		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
-	return &RedisStore{client: redis.NewClient(opts), prefix: prefix}, nil
+	if len(cfg.SentinelAddrs) == 0 {
+		return &RedisStore{client: redis.NewClient(opts), prefix: prefix}, nil
+	}
+	// The Sentinels name the master; after a failover the next command reaches the new one.
+	return &RedisStore{client: redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:       cfg.SentinelMaster,
+		SentinelAddrs:    cfg.SentinelAddrs,
+		SentinelUsername: cfg.SentinelUsername,
+		SentinelPassword: cfg.SentinelPassword,
+		Username:         opts.Username,
+		Password:         opts.Password,
+		DB:               opts.DB,
+		DialTimeout:      opts.DialTimeout,
+		ReadTimeout:      opts.ReadTimeout,
+		WriteTimeout:     opts.WriteTimeout,
+		MaxRetries:       opts.MaxRetries,
+		TLSConfig:        opts.TLSConfig,
+	}), prefix: prefix}, nil
 }
 
 // Close releases the connection.

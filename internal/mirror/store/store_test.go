@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -173,3 +174,45 @@ func TestWatchCursorsAgainstRedis(t *testing.T) {
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+// TestWatchCursorsFollowASentinelFailover: a store given Sentinels instead of an address writes
+// to the master they name; when that master is killed and a replica promoted, the cursor written
+// before is still there (it was replicated) and new cursors go to the new master.
+func TestWatchCursorsFollowASentinelFailover(t *testing.T) {
+	set := testenv.SentinelSet(t, servers.SentinelSetOptions{Replicas: 1, Sentinels: 3, Password: "s3cret"})
+	ctx := context.Background()
+	if _, err := NewRedisStore(RedisStoreConfig{SentinelAddrs: set.SentinelAddrs()}); err == nil || !strings.Contains(err.Error(), "--redis-sentinel-master") {
+		t.Fatalf("Sentinels without a master name: %v", err)
+	}
+	s, err := NewRedisStore(RedisStoreConfig{SentinelAddrs: set.SentinelAddrs(), SentinelMaster: set.MasterName, AuthValue: "s3cret", KeyPrefix: "fo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	gvr := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	if err := s.RecordWatchCursor(ctx, "uid", gvr, "ns", "41"); err != nil {
+		t.Fatal(err)
+	}
+	// The replica has the cursor before its master goes away.
+	replica := redis.NewClient(&redis.Options{Addr: set.Replicas[0].Addr, Password: "s3cret"})
+	defer replica.Close()
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if v, err := replica.Get(ctx, "fo:watch:v1:target:uid:/configmaps:namespace:ns:last-rv").Result(); err != nil || v != "41" {
+			return fmt.Errorf("replica holds %q (%v)", v, err)
+		}
+		return nil
+	})
+	if err := set.Master.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// Once the Sentinels promote the replica, the same store reads the cursor and writes there.
+	testenv.Eventually(t, time.Minute, func() error {
+		return s.RecordWatchCursor(ctx, "uid", gvr, "ns", "42")
+	})
+	if rv, ok := s.LookupWatchCursor(ctx, "uid", gvr, "ns"); !ok || rv != "42" {
+		t.Fatalf("cursor after the failover = %q, %v; want 42", rv, ok)
+	}
+	if role, err := replica.Do(ctx, "ROLE").Slice(); err != nil || role[0] != "master" {
+		t.Fatalf("the replica is %v (%v) after the failover, want master", role, err)
+	}
+}
