@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -113,12 +114,7 @@ func fields(b *bytes.Buffer, path string, s apiextensionsv1.JSONSchemaProps) {
 		fields(b, path+"[]", *s.Items.Schema)
 		return
 	}
-	names := make([]string, 0, len(s.Properties))
-	for name := range s.Properties {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(s.Properties)) {
 		p := s.Properties[name]
 		required := ""
 		if slices.Contains(s.Required, name) {

@@ -199,6 +199,20 @@ func TestWriterOneCommitPerChangeSweepAndAuthors(t *testing.T) {
 	}
 }
 
+// pushReadme is someone else pushing a commit that adds README.md to main; it returns its hash.
+func pushReadme(t *testing.T, url string) string {
+	t.Helper()
+	clone := t.TempDir()
+	gitOut(t, "", "clone", "-q", url, clone)
+	if err := os.WriteFile(filepath.Join(clone, "README.md"), []byte("hand written\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gitOut(t, clone, "add", "README.md")
+	gitOut(t, clone, "commit", "-q", "-m", "docs: readme")
+	gitOut(t, clone, "push", "-q", "origin", "main")
+	return gitOut(t, clone, "rev-parse", "HEAD")
+}
+
 func TestWriterRebuildsOnMovedRemote(t *testing.T) {
 	remote := testenv.GitRemote(t, servers.GitRemoteOptions{})
 	url, _ := remote.CreateRepo("moved", "main")
@@ -209,15 +223,7 @@ func TestWriterRebuildsOnMovedRemote(t *testing.T) {
 	waitCommits(t, bare, 1)
 
 	// Someone else pushes to the branch.
-	clone := t.TempDir()
-	gitOut(t, "", "clone", "-q", url, clone)
-	if err := os.WriteFile(filepath.Join(clone, "README.md"), []byte("hand written\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	gitOut(t, clone, "add", "README.md")
-	gitOut(t, clone, "commit", "-q", "-m", "docs: readme")
-	gitOut(t, clone, "push", "-q", "origin", "main")
-	theirs := gitOut(t, clone, "rev-parse", "HEAD")
+	theirs := pushReadme(t, url)
 
 	_ = w.Enqueue(ctx, upsert("ns/core/configmaps/b.yaml", "b\n", "2"))
 	waitCommits(t, bare, 3)
@@ -479,14 +485,7 @@ func TestWriterForgetsEarlierPushes(t *testing.T) {
 		waitCommits(t, bare, i+1)
 	}
 	// Someone else pushes; the writer fetches on top of its trimmed store and builds on theirs.
-	clone := t.TempDir()
-	gitOut(t, "", "clone", "-q", url, clone)
-	if err := os.WriteFile(filepath.Join(clone, "README.md"), []byte("hand written\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	gitOut(t, clone, "add", "README.md")
-	gitOut(t, clone, "commit", "-q", "-m", "docs: readme")
-	gitOut(t, clone, "push", "-q", "origin", "main")
+	pushReadme(t, url)
 	_ = w.Enqueue(ctx, upsert("ns/core/configmaps/last.yaml", "last\n", fmt.Sprint(pushes+1)))
 	waitCommits(t, bare, pushes+2)
 	gitOut(t, "", "--git-dir", bare, "fsck", "--strict")
