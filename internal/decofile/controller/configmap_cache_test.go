@@ -114,3 +114,46 @@ func TestConfigMapTheCacheHasNotSeen(t *testing.T) {
 		t.Fatalf("without a ConfigMap: read it %d times from the API server, want none", reads.n)
 	}
 }
+
+// TestBusyRetrievalReadsNothing: a remote Decofile that finds every retrieval slot taken is
+// sent back to wait before anything is read, so the Decofiles waiting behind a hanging host,
+// each looking again about once a second, cost the API server no ConfigMap reads. Inline
+// content needs no slot and is delivered meanwhile.
+func TestBusyRetrievalReadsNothing(t *testing.T) {
+	c := testenv.APIServer(t)
+	ctx := context.Background()
+	ns := c.Namespace(t, "busy-slots", nil)
+	reads := &configMapReads{Reader: c.Client}
+	r := &Reconciler{client: c.Client, reader: reads, now: time.Now, memory: newMemory(64 << 20), retrievals: make(chan struct{}, 1)}
+	r.retrievals <- struct{}{} // a hanging retrieval holds the only slot
+
+	remote := &decov1.Decofile{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "remote"}, Spec: decov1.DecofileSpec{
+		Source: decov1.SourceGit, Git: &decov1.GitSource{URL: "http://127.0.0.1:1/site.git", Ref: "main", Path: "blocks"}}}
+	if err := c.Client.Create(ctx, remote); err != nil {
+		t.Fatal(err)
+	}
+	// Delivered before: its ConfigMap exists, as for any site polled for a new commit.
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: remote.ConfigMapName(),
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(remote, decov1.GroupVersion.WithKind("Decofile"))}},
+		Data: map[string]string{decov1.KeyJSON: `{}`, decov1.KeyTimestamp: "1764547200"}}
+	if err := c.Client.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	if out := r.deliver(ctx, remote, remote.Status.DeepCopy()); !out.busy || out.err != nil {
+		t.Fatalf("with every slot taken: busy %v, err %v; want busy", out.busy, out.err)
+	}
+	if reads.n != 0 {
+		t.Fatalf("a Decofile waiting for a slot read %d ConfigMaps from the API server, want none", reads.n)
+	}
+	inline := &decov1.Decofile{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "inline"}, Spec: decov1.DecofileSpec{
+		Source: decov1.SourceInline, Inline: &decov1.InlineSource{Value: map[string]apiextensionsv1.JSON{"home": {Raw: json.RawMessage(`{"title":"Home"}`)}}}}}
+	if err := c.Client.Create(ctx, inline); err != nil {
+		t.Fatal(err)
+	}
+	if out := r.deliver(ctx, inline, inline.Status.DeepCopy()); out.busy || out.err != nil || !out.changed {
+		t.Fatalf("inline content while the slot is taken: busy %v, changed %v, err %v", out.busy, out.changed, out.err)
+	}
+	if len(r.retrievals) != 1 {
+		t.Fatalf("%d slots taken after the deliveries, want only the hanging one", len(r.retrievals))
+	}
+}

@@ -403,11 +403,19 @@ func pollInterval(df *decov1.Decofile) time.Duration {
 
 // deliver retrieves, encodes and stores the content, updating next (the status to record).
 func (r *Reconciler) deliver(ctx context.Context, df *decov1.Decofile, next *decov1.DecofileStatus) outcome {
-	if df.TargetOrDefault() == decov1.TargetS3 {
-		if r.opts.S3 != nil {
-			return r.deliverS3(ctx, df, next)
-		}
+	s3 := df.TargetOrDefault() == decov1.TargetS3
+	if s3 && r.opts.S3 == nil {
 		return outcome{reason: ReasonS3NotConfigured, err: errors.New("spec.target is s3 but this operator has no S3 target configured (--s3-bucket is not set); use target: configmap, or configure the operator's --s3-* flags")}
+	}
+	// The slot comes before any read, so a Decofile waiting for one costs the API server nothing
+	// while it waits.
+	retrieved, ok := r.takeRetrieval(df)
+	if !ok {
+		return outcome{busy: true}
+	}
+	defer retrieved()
+	if s3 {
+		return r.deliverS3(ctx, df, next)
 	}
 	try := next.DeepCopy()
 	out := r.deliverConfigMap(ctx, df, try, false)
@@ -432,11 +440,6 @@ func (r *Reconciler) deliverConfigMap(ctx context.Context, df *decov1.Decofile, 
 	// someone else changed it. It is rewritten from the source like any missing content.
 	defaced := cm != nil && !intact && df.Status.StoredHash != "" && df.Status.ConfigMapName == cm.Name
 
-	retrieved, ok := r.takeRetrieval(df)
-	if !ok {
-		return outcome{busy: true}
-	}
-	defer retrieved()
 	start := r.now()
 	blocks, commit, cached, err := r.fetch(ctx, df, intact)
 	fetchDuration.WithLabelValues(string(df.Spec.Source)).Observe(r.now().Sub(start).Seconds())

@@ -33,11 +33,6 @@ func (r *Reconciler) deliverS3(ctx context.Context, df *decov1.Decofile, next *d
 	// reason S3Uploaded): a flip from configmap, or a new deploymentId, uploads again.
 	intact := df.Status.ContentHash != "" && df.Status.S3URL == url && readyReason(df) == decov1.ReasonS3Uploaded
 
-	retrieved, ok := r.takeRetrieval(df)
-	if !ok {
-		return outcome{busy: true}
-	}
-	defer retrieved()
 	start := r.now()
 	blocks, commit, cached, err := r.fetch(ctx, df, intact)
 	fetchDuration.WithLabelValues(string(df.Spec.Source)).Observe(r.now().Sub(start).Seconds())
