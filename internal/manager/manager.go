@@ -61,6 +61,8 @@ type Options struct {
 	SecondInProcess bool
 	// ProbeAddr serves /healthz and /readyz.
 	ProbeAddr string
+	// PprofAddr serves Go's /debug/pprof profiles; empty or "0" (the default) disables it.
+	PprofAddr string
 	// LeaderElect makes only one replica run controllers at a time.
 	LeaderElect bool
 	// LeaderElectionID names the Lease used for leader election.
@@ -116,6 +118,7 @@ func DefaultOptions() Options {
 	o := Options{
 		MetricsAddr:      ":8080",
 		ProbeAddr:        ":8081",
+		PprofAddr:        "0",
 		LeaderElect:      true,
 		LeaderElectionID: "siteops-manager.siteops.dev",
 		LeaseDuration:    DefaultLeaseDuration,
@@ -134,6 +137,7 @@ func DefaultOptions() Options {
 func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, `address the metrics endpoint binds to ("0" disables it)`)
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", o.ProbeAddr, "address the health and readiness probes bind to")
+	fs.StringVar(&o.PprofAddr, "pprof-bind-address", o.PprofAddr, `address Go's /debug/pprof profiles bind to, unauthenticated: keep it off ("0", the default) or on a port no Service exposes`)
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect a leader so only one replica runs controllers")
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "name of the leader election Lease")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "namespace of the leader election Lease (default: the manager's namespace)")
@@ -237,6 +241,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Cache:                         co,
 		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddr},
 		HealthProbeBindAddress:        o.ProbeAddr,
+		PprofBindAddress:              o.PprofAddr,
 		LeaderElection:                o.LeaderElect,
 		LeaderElectionID:              o.LeaderElectionID,
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,
