@@ -70,6 +70,11 @@ type ManagerSample struct {
 	// HeapBytes is the heap in use at that moment, garbage included (go_memstats_heap_inuse_bytes).
 	HeapBytes  float64 `json:"heapBytes"`
 	Goroutines float64 `json:"goroutines"`
+	// HeapProfile is the file, next to report.json, holding the pod's heap profile at that
+	// moment (read it with `go tool pprof -sample_index=inuse_space <file>`).
+	HeapProfile string `json:"heapProfile,omitempty"`
+	// heapProfile is the profile itself, written out by Report.Write.
+	heapProfile []byte
 }
 
 // Failed lists the invariants that did not hold.
@@ -83,14 +88,24 @@ func (r *Report) Failed() []Invariant {
 	return out
 }
 
-// Write saves the report as dir/report.json.
+// Write saves the report as dir/report.json, with the leader's heap profiles beside it.
 func (r *Report) Write(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("create the report folder: %w", err)
+	}
+	for i := range r.Manager {
+		m := &r.Manager[i]
+		if len(m.heapProfile) == 0 {
+			continue
+		}
+		m.HeapProfile = fmt.Sprintf("heap-%d.pprof", i)
+		if err := os.WriteFile(filepath.Join(dir, m.HeapProfile), m.heapProfile, 0o644); err != nil {
+			return "", fmt.Errorf("write a heap profile: %w", err)
+		}
+	}
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return "", err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("create the report folder: %w", err)
 	}
 	path := filepath.Join(dir, "report.json")
 	return path, os.WriteFile(path, b, 0o644)
@@ -122,5 +137,8 @@ func (r *Report) Table(w io.Writer) {
 	for _, m := range r.Manager {
 		fmt.Fprintf(w, "manager %s at %s, leading for %s: live heap %.1f MiB (in use %.1f MiB), %.0f goroutines\n", m.Pod, m.At.Round(time.Second),
 			m.Leading.Round(time.Second), m.LiveHeapBytes/(1<<20), m.HeapBytes/(1<<20), m.Goroutines)
+		if m.HeapProfile != "" {
+			fmt.Fprintf(w, "  heap profile: %s\n", m.HeapProfile)
+		}
 	}
 }

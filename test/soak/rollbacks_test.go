@@ -79,11 +79,15 @@ func (w *rollbackWatch) note(tn *tenant, df *decov1alpha1.Decofile) {
 	}
 }
 
-// invariant is the check of a run's bad publishes.
-func (w *rollbackWatch) invariant() Invariant {
+// badStands is how long a bad publish must stay its tenant's newest push before the run
+// expects to see it rolled back: a rollout judges its first step within it, faults aside.
+const badStands = 30 * time.Second
+
+// invariant is the check of a run's bad publishes, ended at end.
+func (w *rollbackWatch) invariant(end time.Time) Invariant {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	bad := 0
+	bad, stood := 0, 0
 	for _, tn := range w.s.tenants {
 		tn.mu.Lock()
 		for _, b := range tn.bad {
@@ -92,16 +96,17 @@ func (w *rollbackWatch) invariant() Invariant {
 			}
 		}
 		tn.mu.Unlock()
+		stood += tn.badStood(badStands, end)
 	}
 	inv := Invariant{Name: "a bad publish never reached past its first step", Held: true,
-		Detail: fmt.Sprintf("%d bad publishes, %d seen rolled back at step 1; %d good versions rolled back (a pod of the step hung or went away)", bad, len(w.atFirst), len(w.good))}
+		Detail: fmt.Sprintf("%d bad publishes (%d the newest for %s or more), %d seen rolled back at step 1; %d good versions rolled back (a pod of the step hung or went away)", bad, stood, badStands, len(w.atFirst), len(w.good))}
 	switch {
 	case len(w.later) > 0:
 		inv.Held, inv.Detail = false, "rolled back after step 1: "+strings.Join(w.later, "; ")
 	case len(w.notified) > 0:
 		inv.Held, inv.Detail = false, "a bad publish stood as notified to every pod: "+strings.Join(w.notified, "; ")
-	case bad > 0 && len(w.atFirst) == 0:
-		inv.Held, inv.Detail = false, fmt.Sprintf("%d bad publishes and none seen rolled back: the progressive rollouts did not run", bad)
+	case stood > 0 && len(w.atFirst) == 0:
+		inv.Held, inv.Detail = false, fmt.Sprintf("%d bad publishes stood %s or more and none was seen rolled back: the progressive rollouts did not run", stood, badStands)
 	}
 	return inv
 }

@@ -41,9 +41,10 @@ type tenant struct {
 
 	mu sync.Mutex // one git work tree: pushes one at a time
 	// pushed are the commits pushed, oldest first; titles[i] is what pushed[i] says; bad[i]
-	// says it was a bad publish.
+	// says it was a bad publish; pushedAt[i] is when it was pushed.
 	pushed, titles []string
 	bad            []bool
+	pushedAt       []time.Time
 	pushFailures   int
 }
 
@@ -77,6 +78,7 @@ func (tn *tenant) pushEdition(bad bool) (index int, err error) {
 	tn.pushed = append(tn.pushed, sha)
 	tn.titles = append(tn.titles, title)
 	tn.bad = append(tn.bad, bad)
+	tn.pushedAt = append(tn.pushedAt, time.Now())
 	return len(tn.pushed) - 1, nil
 }
 
@@ -97,6 +99,24 @@ func (tn *tenant) lastIsBad() bool {
 	tn.mu.Lock()
 	defer tn.mu.Unlock()
 	return len(tn.bad) > 0 && tn.bad[len(tn.bad)-1]
+}
+
+// badStood counts the bad publishes that stayed the newest push for at least d before the next
+// push or until: ones replaced sooner may be superseded before their first step is judged.
+func (tn *tenant) badStood(d time.Duration, until time.Time) int {
+	tn.mu.Lock()
+	defer tn.mu.Unlock()
+	n := 0
+	for i, bad := range tn.bad {
+		next := until
+		if i+1 < len(tn.pushedAt) {
+			next = tn.pushedAt[i+1]
+		}
+		if bad && next.Sub(tn.pushedAt[i]) >= d {
+			n++
+		}
+	}
+	return n
 }
 
 // isBad says whether sha was pushed as a bad publish.
