@@ -47,7 +47,7 @@ func (l Level) String() string { return fmt.Sprintf("q%d/w%d", l.Quality, l.LGWi
 // fraction of a second within 1.2× of the strongest setting's size, then stronger ones tried
 // only when the result would not fit, ending at the strongest brotli setting so everything whose
 // strongest form fits is accepted. The levels were chosen with BenchmarkLevels and
-// BenchmarkDefaultLevel on the standard 4.2 MB sample (see docs/decofile.md): quality 9 is the
+// BenchmarkDefaultLevel on the standard 4.2 MB sample (see docs/benchmarks.md): quality 9 is the
 // lowest within 1.2× of quality 11, and a window above 22 makes this brotli slower without
 // making it smaller below quality 10.
 var DefaultLevels = []Level{{Quality: 9, LGWin: 22}, {Quality: 10, LGWin: 22}, {Quality: 11, LGWin: 24}}
