@@ -158,36 +158,78 @@ func TestOperationsDocCurrent(t *testing.T) {
 
 var mdLink = regexp.MustCompile(`\]\(([^)#\s]+)(#[^)]*)?\)`)
 
-// TestDocsIndex fails when a page under docs/ is not linked from docs/README.md, or a relative
-// link in any doc page or the README points at a file that does not exist.
+// docPages lists the Markdown pages under docs/, in subfolders too, leaving out docs/reference/:
+// those pages are generated and checked by their own tests, and docs/reference.md indexes them.
+func docPages(t *testing.T) []string {
+	t.Helper()
+	docs := filepath.Join("..", "docs")
+	var pages []string
+	err := filepath.WalkDir(docs, func(path string, d os.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case d.IsDir() && path == filepath.Join(docs, "reference"):
+			return filepath.SkipDir
+		case !d.IsDir() && strings.HasSuffix(path, ".md"):
+			pages = append(pages, path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pages
+}
+
+// relativeLinks returns the targets of a page's relative links as written, anchors dropped.
+func relativeLinks(t *testing.T, page string) []string {
+	t.Helper()
+	src, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var targets []string
+	for _, m := range mdLink.FindAllStringSubmatch(string(src), -1) {
+		if !strings.Contains(m[1], "://") && !strings.HasPrefix(m[1], "mailto:") {
+			targets = append(targets, m[1])
+		}
+	}
+	return targets
+}
+
+// TestDocsIndex fails when a page under docs/ (in a subfolder too; docs/reference/ aside) is
+// linked neither from docs/README.md nor from an index that docs/README.md links (the README.md
+// of a folder, such as docs/design/README.md), or when a relative link in any of those pages or
+// in the project README points at a file that does not exist.
 func TestDocsIndex(t *testing.T) {
-	pages, err := filepath.Glob(filepath.Join("..", "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
+	docs := filepath.Join("..", "docs")
+	index := filepath.Join(docs, "README.md")
+	pages := docPages(t)
+	if len(pages) < 10 {
+		t.Fatalf("found only %d pages under docs/", len(pages))
 	}
-	index, err := os.ReadFile(filepath.Join("..", "docs", "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The indexes are docs/README.md and each folder's README.md under docs/ that an index links.
 	linked := map[string]bool{}
-	for _, m := range mdLink.FindAllStringSubmatch(string(index), -1) {
-		linked[filepath.Clean(m[1])] = true
+	for queue := []string{index}; len(queue) > 0; queue = queue[1:] {
+		for _, target := range relativeLinks(t, queue[0]) {
+			path := filepath.Join(filepath.Dir(queue[0]), target)
+			if linked[path] {
+				continue
+			}
+			linked[path] = true
+			if filepath.Base(path) == "README.md" && strings.HasPrefix(path, docs+string(filepath.Separator)) {
+				queue = append(queue, path)
+			}
+		}
 	}
 	for _, p := range pages {
-		if base := filepath.Base(p); base != "README.md" && !linked[base] {
-			t.Errorf("docs/README.md does not link %s", base)
+		if p != index && !linked[p] {
+			rel, _ := filepath.Rel(docs, p)
+			t.Errorf("docs/README.md does not link %s, nor does an index it links (a folder's README.md)", filepath.ToSlash(rel))
 		}
 	}
 	for _, p := range append(pages, filepath.Join("..", "README.md")) {
-		src, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range mdLink.FindAllStringSubmatch(string(src), -1) {
-			target := m[1]
-			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
-				continue
-			}
+		for _, target := range relativeLinks(t, p) {
 			if _, err := os.Stat(filepath.Join(filepath.Dir(p), target)); err != nil {
 				t.Errorf("%s links %s, which does not exist", p, target)
 			}
