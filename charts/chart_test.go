@@ -211,6 +211,8 @@ var valueSets = map[string]string{
 	"secrets":                  "secrets: {githubToken: {name: gh}, valkeyAdminPassword: {name: valkey}, valkeySentinelPassword: {name: sentinel}, redisPassword: {name: redis}, redisSentinelPassword: {name: rsentinel}, s3Credentials: {name: s3}}",
 	"no metrics":               `flags: {metrics-bind-address: "0"}`,
 	"lease elsewhere":          "flags: {leader-election-namespace: leases}",
+	"audit self-signed":        auditOn("{certificates: self-signed, service: {type: NodePort, nodePort: 30444}, ipAddresses: [10.0.0.5]}"),
+	"audit cert-manager":       auditOn("{certificates: cert-manager}"),
 }
 
 func TestLint(t *testing.T) {
@@ -850,23 +852,5 @@ func TestWebhooksPerPart(t *testing.T) {
 				t.Errorf("webhook Service rendered: %v, want %v", has, len(want) > 0)
 			}
 		})
-	}
-}
-
-// TestAuditReceiverService: with attribution on, the receiver's port is declared and a Service
-// reaches it; with it off (the default) neither is rendered.
-func TestAuditReceiverService(t *testing.T) {
-	m := render(t, "siteops", namespace, values(t, "flags:\n  author-attribution: true\n  redis-addr: redis:6379\n  commitrequest-webhook-client-ca: /ca/ca.crt\n  audit-listen-address: \":9555\"\n"))
-	d := m.deployment(t)
-	if p := containerPort(d, "audit"); p != 9555 {
-		t.Fatalf("audit container port = %d, want 9555 from --audit-listen-address", p)
-	}
-	var svc corev1.Service
-	if !m.get(t, "Service", "siteops-audit", &svc) || !selects(svc.Spec.Selector, d.Spec.Template.Labels) || svc.Spec.Ports[0].TargetPort.String() != "audit" {
-		t.Fatalf("audit Service missing or not reaching the manager's audit port: %+v", svc.Spec)
-	}
-	off := render(t, "siteops", namespace, values(t, "{}"))
-	if off.get(t, "Service", "siteops-audit", nil) || containerPort(off.deployment(t), "audit") != -1 {
-		t.Error("attribution is off by default, yet the audit Service or port is rendered")
 	}
 }

@@ -89,6 +89,18 @@ func valuesSchema() map[string]any {
 					},
 				},
 			}},
+			"audit": map[string]any{"type": "object", "additionalProperties": false, "properties": map[string]any{
+				"service": map[string]any{"type": "object", "additionalProperties": false, "properties": map[string]any{
+					"type":     map[string]any{"enum": []string{"ClusterIP", "NodePort"}},
+					"port":     map[string]any{"type": "integer", "minimum": 1, "maximum": 65535},
+					"nodePort": map[string]any{"type": []string{"integer", "null"}, "minimum": 1, "maximum": 65535},
+				}},
+				"certificates":   map[string]any{"enum": []string{"", "cert-manager", "self-signed"}},
+				"dnsNames":       map[string]any{"type": "array", "items": map[string]any{"type": "string", "minLength": 1}},
+				"ipAddresses":    map[string]any{"type": "array", "items": map[string]any{"type": "string", "minLength": 1}},
+				"certManager":    map[string]any{"type": "object", "properties": map[string]any{"issuerRef": obj(), "duration": map[string]any{"type": "string"}, "renewBefore": map[string]any{"type": "string"}}},
+				"selfSignedDays": map[string]any{"type": "integer", "minimum": 1},
+			}},
 			"flags": map[string]any{
 				"type": "object", "additionalProperties": false, "properties": flags,
 				"description": "every siteops-manager flag by name; null: not passed",

@@ -108,6 +108,14 @@ app.kubernetes.io/component: manager
 {{- if and (not (index $flags "github-app-private-key-file")) .Values.secrets.githubAppPrivateKey.name -}}
 {{- $_ := set $flags "github-app-private-key-file" (printf "/etc/siteops/github-app/%s" .Values.secrets.githubAppPrivateKey.key) -}}
 {{- end -}}
+{{- if and .Values.audit.certificates (include "siteops.enabled" (dict "part" "mirror" "root" .)) (index $flags "author-attribution") -}}
+{{- if not (index $flags "audit-cert-dir") -}}
+{{- $_ := set $flags "audit-cert-dir" (include "siteops.auditCertDir" .) -}}
+{{- end -}}
+{{- if not (index $flags "audit-client-ca") -}}
+{{- $_ := set $flags "audit-client-ca" (printf "%s/ca.crt" (include "siteops.auditCertDir" .)) -}}
+{{- end -}}
+{{- end -}}
 {{- toJson $flags -}}
 {{- end -}}
 
@@ -178,4 +186,18 @@ k, M, G, Ki, Mi or Gi); empty without a memory limit.
 {{- end -}}
 {{- div (mul (atoi $num) (get $units $unit) 9) 10 -}}
 {{- end -}}
+{{- end -}}
+
+{{/* Where the audit receiver's certificates are mounted when the chart makes them. */}}
+{{- define "siteops.auditCertDir" -}}/etc/siteops/audit{{- end -}}
+
+{{/* "true" when the chart makes the audit receiver's certificates (audit.certificates). */}}
+{{- define "siteops.auditCertificates" -}}
+{{- if and (include "siteops.auditReceiver" .) .Values.audit.certificates -}}true{{- end -}}
+{{- end -}}
+
+{{/* The names the audit receiver's serving certificate is for: its Service's and audit.dnsNames, as JSON. */}}
+{{- define "siteops.auditDNSNames" -}}
+{{- $svc := printf "%s-audit" (include "siteops.fullname" .) -}}
+{{- toJson (concat (list (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace)) .Values.audit.dnsNames) -}}
 {{- end -}}
