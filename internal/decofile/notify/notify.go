@@ -20,6 +20,7 @@ import (
 	"time"
 
 	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Protocol is how a pod is told about new content.
@@ -365,7 +366,7 @@ type permanentError struct{ error }
 
 func (n *Notifier) notifyPod(ctx context.Context, r Rollout, body *payload, sent *atomic.Int64, pod Pod) PodResult {
 	res := PodResult{Name: pod.Name}
-	backoff := n.cfg.Backoff
+	backoff := wait.Backoff{Duration: n.cfg.Backoff, Factor: 2, Steps: n.cfg.Attempts}
 	for attempt := 1; attempt <= n.cfg.Attempts; attempt++ {
 		if r.Refresh != nil {
 			fresh, err := r.Refresh(ctx, pod.Name)
@@ -398,9 +399,8 @@ func (n *Notifier) notifyPod(ctx context.Context, r Rollout, body *payload, sent
 		case <-ctx.Done():
 			res.Reason += " (rollout timeout before the next attempt)"
 			return res
-		case <-time.After(backoff):
+		case <-time.After(backoff.Step()):
 		}
-		backoff *= 2
 	}
 	return res
 }

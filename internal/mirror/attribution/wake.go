@@ -2,8 +2,10 @@ package attribution
 
 import (
 	"context"
+	"math"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
@@ -71,20 +73,20 @@ func (r *Resolver) Start(ctx context.Context) error {
 		return nil
 	}
 	log := logf.FromContext(ctx).WithName("attribution")
-	backoff := time.Second
+	backoff := wait.Backoff{Duration: time.Second, Factor: 2, Cap: time.Minute, Steps: math.MaxInt32}
 	for {
 		err := r.cfg.Announcements.Subscribe(ctx, r.cfg.Route, r)
 		if ctx.Err() != nil {
 			return nil //nolint:nilerr // the manager is stopping: a subscription ended by it is no failure
 		}
 		r.subscribed.Store(false)
-		log.Error(err, "fact announcements unavailable; waiting changes poll Redis until the subscription is back", "retryIn", backoff)
+		d := backoff.Step()
+		log.Error(err, "fact announcements unavailable; waiting changes poll Redis until the subscription is back", "retryIn", d)
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(backoff):
+		case <-time.After(d):
 		}
-		backoff = min(2*backoff, time.Minute)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -125,7 +127,7 @@ func (s *Stream) Run(ctx context.Context) error {
 	default:
 		log.Info("resuming watch from cursor", "resourceVersion", rv)
 	}
-	backoff := 500 * time.Millisecond
+	backoff := reconnectBackoff()
 	for ctx.Err() == nil {
 		var err error
 		if replay != "" {
@@ -143,7 +145,7 @@ func (s *Stream) Run(ctx context.Context) error {
 			var progressed bool
 			rv, progressed, err = s.watch(ctx, rv)
 			if progressed {
-				backoff = 500 * time.Millisecond
+				backoff = reconnectBackoff()
 			}
 		}
 		if ctx.Err() != nil {
@@ -154,19 +156,25 @@ func (s *Stream) Run(ctx context.Context) error {
 			replay = "expired"
 			continue
 		}
+		// A watch that ended without an error reconnects after the same wait; a failure doubles it.
+		d := backoff.Duration
 		if err != nil {
-			log.Error(err, "watch failed; reconnecting", "in", backoff)
+			d = backoff.Step()
+			log.Error(err, "watch failed; reconnecting", "in", d)
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(backoff):
-		}
-		if err != nil {
-			backoff = min(2*backoff, 30*time.Second)
+		case <-time.After(d):
 		}
 	}
 	return nil
+}
+
+// reconnectBackoff is the wait before a watch reconnects: 500 ms, doubling with each failure in
+// a row up to 30 s, back to 500 ms once a watch made progress.
+func reconnectBackoff() wait.Backoff {
+	return wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Cap: 30 * time.Second, Steps: math.MaxInt32}
 }
 
 func (s *Stream) resource() dynamic.ResourceInterface {
