@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -174,14 +175,10 @@ func postAudit(url string, client map[string][]byte) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return &httpStatusError{resp.Status}
+		return fmt.Errorf("answered %s", resp.Status)
 	}
 	return nil
 }
-
-type httpStatusError struct{ status string }
-
-func (e *httpStatusError) Error() string { return "answered " + e.status }
 
 // countingRecorder counts the facts the receiver hands it.
 type countingRecorder struct {
@@ -245,6 +242,13 @@ func TestAuditCertManagerCertificates(t *testing.T) {
 	if !m.get(t, "Certificate", "siteops-audit-client", &client) || client.Spec.CommonName != "kube-apiserver" ||
 		!slices.Contains(client.Spec.Usages, "client auth") || client.Spec.IssuerRef.Name != "siteops-audit-ca" {
 		t.Errorf("client Certificate: %+v", client.Spec)
+	}
+
+	// The client certificate takes the first name the receiver accepts, a comma list too.
+	named := render(t, "siteops", namespace, values(t, "flags: {author-attribution: true, redis-addr: \"redis:6379\", commitrequest-webhook-client-ca: /ca/ca.crt, audit-client-names: \"apiserver-audit,kube-apiserver\"}\naudit: {certificates: cert-manager}"))
+	client = certificate{}
+	if !named.get(t, "Certificate", "siteops-audit-client", &client) || client.Spec.CommonName != "apiserver-audit" {
+		t.Errorf("with --audit-client-names=apiserver-audit,kube-apiserver the client certificate is named %q", client.Spec.CommonName)
 	}
 
 	own := render(t, "siteops", namespace, values(t, auditOn("{certificates: cert-manager, certManager: {issuerRef: {kind: ClusterIssuer, name: corp-ca}}}")))

@@ -108,7 +108,7 @@ app.kubernetes.io/component: manager
 {{- if and (not (index $flags "github-app-private-key-file")) .Values.secrets.githubAppPrivateKey.name -}}
 {{- $_ := set $flags "github-app-private-key-file" (printf "/etc/siteops/github-app/%s" .Values.secrets.githubAppPrivateKey.key) -}}
 {{- end -}}
-{{- if and .Values.audit.certificates (include "siteops.enabled" (dict "part" "mirror" "root" .)) (index $flags "author-attribution") -}}
+{{- if include "siteops.auditCertificates" . -}}
 {{- if not (index $flags "audit-cert-dir") -}}
 {{- $_ := set $flags "audit-cert-dir" (include "siteops.auditCertDir" .) -}}
 {{- end -}}
@@ -138,8 +138,7 @@ app.kubernetes.io/component: manager
 
 {{/* "true" when the mirror part runs its audit receiver (--author-attribution). */}}
 {{- define "siteops.auditReceiver" -}}
-{{- $flags := include "siteops.flags" . | fromJson -}}
-{{- if and (include "siteops.enabled" (dict "part" "mirror" "root" .)) (index $flags "author-attribution") -}}true{{- end -}}
+{{- if and (include "siteops.enabled" (dict "part" "mirror" "root" .)) (index .Values.flags "author-attribution") -}}true{{- end -}}
 {{- end -}}
 
 {{/*
