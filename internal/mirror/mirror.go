@@ -311,7 +311,7 @@ func SetupWithEngine(mgr ctrl.Manager, o Options) (*engine.Engine, error) {
 	var redisStore *store.RedisStore
 	log := ctrl.Log.WithName("mirror")
 	if !o.redisConfigured() {
-		log.Info("WARNING: --redis-addr is not set: watch resume cursors are not kept and every restart replays")
+		log.Info("WARNING: neither --redis-addr nor --redis-sentinel-addrs is set: watch resume cursors are not kept and every restart replays")
 	} else {
 		st, err := store.NewRedisStore(o.storeConfig())
 		if err != nil {

@@ -171,12 +171,12 @@ func (s *soak) readLeaderMetrics(ctx context.Context) (ManagerSample, error) {
 // reads the live heap and goroutines from its metrics.
 func (s *soak) readManager(ctx context.Context, pod *corev1.Pod) (ManagerSample, error) {
 	sample := ManagerSample{At: time.Since(s.start), Pod: pod.Name}
-	profile, err := s.get(ctx, "http://"+nodeenv.HostPort(pod.Status.PodIP, pprofPort)+"/debug/pprof/heap?gc=1")
+	profile, err := nodeenv.GetOK(ctx, "http://"+nodeenv.HostPort(pod.Status.PodIP, pprofPort)+"/debug/pprof/heap?gc=1")
 	if err != nil {
 		return sample, fmt.Errorf("heap profile of %s: %w", pod.Name, err)
 	}
 	sample.heapProfile = profile
-	metrics, err := s.get(ctx, "http://"+nodeenv.HostPort(pod.Status.PodIP, nodeenv.MetricsPort)+"/metrics")
+	metrics, err := nodeenv.GetOK(ctx, "http://"+nodeenv.HostPort(pod.Status.PodIP, nodeenv.MetricsPort)+"/metrics")
 	if err != nil {
 		return sample, fmt.Errorf("metrics of %s: %w", pod.Name, err)
 	}
@@ -207,23 +207,6 @@ func (s *soak) readManager(ctx context.Context, pod *corev1.Pod) (ManagerSample,
 		return sample, fmt.Errorf("metrics of %s: %w", pod.Name, err)
 	}
 	return sample, nil
-}
-
-// get is the body of a GET that answered 200.
-func (s *soak) get(ctx context.Context, url string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return io.ReadAll(resp.Body)
 }
 
 // checkInvariants waits for the end state to settle and checks every invariant.

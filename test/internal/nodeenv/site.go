@@ -144,8 +144,8 @@ func (e *Env) ReadyPodsNow(ctx context.Context, ns, app string) ([]corev1.Pod, e
 
 var httpClient = &http.Client{Timeout: 5 * time.Second}
 
-// getOK is the body of GET url, or an error unless it answers 200.
-func getOK(ctx context.Context, url string) ([]byte, error) {
+// GetOK is the body of GET url, or an error unless it answers 200.
+func GetOK(ctx context.Context, url string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
@@ -168,7 +168,7 @@ func getOK(ctx context.Context, url string) ([]byte, error) {
 // FetchPodInfo is GET /.decofile at the site pod's IP.
 func FetchPodInfo(ctx context.Context, ip string) (siteruntime.Info, error) {
 	var info siteruntime.Info
-	b, err := getOK(ctx, fmt.Sprintf("http://%s/.decofile", HostPort(ip, SitePort)))
+	b, err := GetOK(ctx, fmt.Sprintf("http://%s/.decofile", HostPort(ip, SitePort)))
 	if err != nil {
 		return info, err
 	}
@@ -180,7 +180,7 @@ func FetchPodInfo(ctx context.Context, ip string) (siteruntime.Info, error) {
 
 // FetchPodContent is the Decofile the site pod at ip serves.
 func FetchPodContent(ctx context.Context, ip string) (string, error) {
-	b, err := getOK(ctx, fmt.Sprintf("http://%s/.decofile?content=true", HostPort(ip, SitePort)))
+	b, err := GetOK(ctx, fmt.Sprintf("http://%s/.decofile?content=true", HostPort(ip, SitePort)))
 	return string(b), err
 }
 
