@@ -124,7 +124,14 @@ func WriteArchive(file, ref string, img v1.Image) (v1.Hash, error) {
 	if err != nil {
 		return v1.Hash{}, fmt.Errorf("image reference %q: %w", ref, err)
 	}
-	if err := tarball.WriteToFile(file, tag, img); err != nil {
+	// Written beside and renamed over: a test loading the archive while `make image` runs again
+	// reads the old file or the new one, never half of one.
+	tmp := file + ".tmp"
+	if err := tarball.WriteToFile(tmp, tag, img); err != nil {
+		_ = os.Remove(tmp)
+		return v1.Hash{}, fmt.Errorf("write image archive %s: %w", file, err)
+	}
+	if err := os.Rename(tmp, file); err != nil {
 		return v1.Hash{}, fmt.Errorf("write image archive %s: %w", file, err)
 	}
 	return img.Digest()
