@@ -2,7 +2,8 @@
 # Builds the real servers the tests need (kube-apiserver, etcd, versitygw) from the Go module
 # proxy into a per-machine cache, once. A warm run only checks version stamps. With --node it
 # also builds what a real node runs: kubelet, kube-scheduler, kube-controller-manager, kube-proxy,
-# containerd (with ctr and the runc shim), runc, the CNI plugins, CoreDNS and the pause program.
+# containerd (with ctr and the runc shim), runc, the CNI plugins, CoreDNS and the pause program,
+# and the kubectl and helm that the Get started page's test runs.
 set -euo pipefail
 
 export GOTOOLCHAIN="${GOTOOLCHAIN:-go1.27.3}"
@@ -14,6 +15,7 @@ CONTAINERD_VERSION="${CONTAINERD_VERSION:-v2.4.2}"
 RUNC_VERSION="${RUNC_VERSION:-v1.5.3}"
 CNI_PLUGINS_VERSION="${CNI_PLUGINS_VERSION:-v1.10.0}"
 COREDNS_VERSION="${COREDNS_VERSION:-v1.15.0}"
+HELM_VERSION="${HELM_VERSION:-v3.22.0}"
 NODE=false
 [[ "${1:-}" == "--node" ]] && NODE=true
 CACHE_DIR="${SITEOPS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/siteops}"
@@ -100,6 +102,9 @@ if $NODE; then
   for c in kube-scheduler kube-controller-manager kube-proxy; do build_kube "$c"; done
   # Cluster DNS for the node's pods.
   build_in_wrapper coredns "$COREDNS_VERSION" github.com/coredns/coredns github.com/coredns/coredns
+  # The commands docs/get-started.md runs against the node, as a reader would.
+  build_kube kubectl
+  build_in_wrapper helm "$HELM_VERSION" helm.sh/helm/v3 helm.sh/helm/v3/cmd/helm "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
 fi
 
 echo "$BIN_DIR"

@@ -108,6 +108,9 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
   snapshotter = "overlayfs"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = "{{.PauseImage}}"
+  # Per-registry settings (hosts.toml), read at each pull: Node.AllowPlainHTTPRegistry.
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = "{{.Dir}}/certs.d"
 
 [plugins.'io.containerd.cri.v1.runtime']
   # Root here lacks CAP_SYS_RESOURCE: runc may only raise a process's oom_score_adj.

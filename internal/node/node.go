@@ -215,6 +215,21 @@ func (n *Node) KubeletLog() string { return filepath.Join(n.Dir, "kubelet.log") 
 // ContainerdLog is containerd's log file.
 func (n *Node) ContainerdLog() string { return filepath.Join(n.Dir, "containerd.log") }
 
+// AllowPlainHTTPRegistry lets the node pull from the registry at hostPort over plain HTTP, as
+// a containerd hosts.toml does on any node (a registry on the machine, for the tests that push
+// images and have the node pull them).
+func (n *Node) AllowPlainHTTPRegistry(hostPort string) error {
+	dir := filepath.Join(n.Dir, "certs.d", hostPort)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("registry settings for %s: %w", hostPort, err)
+	}
+	hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", "http://"+hostPort, "http://"+hostPort)
+	if err := os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(hosts), 0o644); err != nil {
+		return fmt.Errorf("registry settings for %s: %w", hostPort, err)
+	}
+	return nil
+}
+
 // Done is closed when the node's processes have exited (after Stop, or when kubelet or
 // containerd died).
 func (n *Node) Done() <-chan struct{} { return n.done }
