@@ -27,13 +27,13 @@ func TestChartOnNode(t *testing.T) {
 
 	// Not a subtest: what it starts lives until the whole test ends.
 	start := time.Now()
-	e := &env{Env: nodeenv.New(t, c, nodeenv.Options{})}
+	e := &env{Env: nodeenv.New(t, c, nodeenv.Options{ValkeySentinels: true})}
 	timings.add("0 probe image built, node Ready, servers started", time.Since(start), true)
 	steps := []struct {
 		name string
 		run  func(*env, *testing.T)
 	}{
-		{"1 chart installed: 2 replicas Ready, lease held, webhooks through the Service", (*env).installChart},
+		{"1 docs/get-started.md run: images pushed, chart installed, a site live from git, a cache user, a mirrored commit", (*env).getStarted},
 		{"2 site Deployment: 3 injected pods serve the Decofile", (*env).siteServesDecofile},
 		{"3 git edit rolled out to the pod IPs, decofile wait exits 0", (*env).gitEditRollsOut},
 		{"4 large content: pods decode decofile.bin from the mounted file", (*env).largeContent},
@@ -85,12 +85,4 @@ func (s *stepTimes) log(t *testing.T) {
 	}
 	fmt.Fprintf(&b, "%-84s %7.1fs\n", "total", total.Seconds())
 	t.Logf("step times:\n%s", b.String())
-}
-
-// installChart is step 1: the chart with the values a platform team would set for this cluster,
-// and a short notification attempt per pod, so step 9's frozen pod fails its attempts quickly.
-func (e *env) installChart(t *testing.T) {
-	values := e.ChartValues()
-	values["flags"].(map[string]any)["notify-pod-timeout"] = notifyPodTimeout
-	e.InstallChart(t, values)
 }

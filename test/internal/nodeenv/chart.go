@@ -12,6 +12,7 @@ import (
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/kube"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -47,26 +48,17 @@ const (
 // managerLabels select the manager pods of the release.
 var managerLabels = client.MatchingLabels{"app.kubernetes.io/name": "siteops", "app.kubernetes.io/instance": "siteops"}
 
-// ChartValues are the values a platform team would set for this cluster: the local images,
-// self-signed webhooks, the servers on the node's address allowed as sources and git remotes,
-// and attribution with the receiver's certificate from a Secret.
+// ChartValues are the values a platform team would set for this cluster (the local images,
+// self-signed webhooks, the servers on the node's address allowed as sources and git remotes),
+// with ClusterValues over them.
 func (e *Env) ChartValues() map[string]any {
 	repo, tag, _ := strings.Cut(e.ManagerRef, ":")
 	private := []any{e.N.IP}
 	flags := map[string]any{
-		"webhook-self-signed":      true,
-		"source-allowed-schemes":   []any{"https", "ssh", "http"},
-		"source-allowed-hosts":     private,
-		"compression-threshold":    CompressionThreshold,
-		"redis-addr":               e.Redis.Addr,
-		"git-allowed-schemes":      []any{"https", "ssh", "http"},
-		"git-allowed-hosts":        private,
-		"author-attribution":       true,
-		"author-attribution-route": AuditRoute,
-		"audit-cert-dir":           auditCertDir,
-		"audit-client-ca":          auditCertDir + "/ca.crt",
-		// The API server presents the audit client certificate to the admission webhooks too.
-		"commitrequest-webhook-client-ca": auditCertDir + "/ca.crt",
+		"webhook-self-signed":  true,
+		"source-allowed-hosts": private,
+		"redis-addr":           e.Redis.Addr,
+		"git-allowed-hosts":    private,
 	}
 	if e.ValkeySet != nil {
 		var addrs []any
@@ -86,67 +78,119 @@ func (e *Env) ChartValues() map[string]any {
 		maps.Copy(flags, e.S3.chartFlags())
 		secrets["s3Credentials"] = map[string]any{"name": s3CredentialsSecret}
 	}
+	platform := map[string]any{
+		"image":   map[string]any{"repository": repo, "tag": tag, "pullPolicy": "Never"},
+		"flags":   flags,
+		"secrets": secrets,
+	}
+	return chartutil.CoalesceTables(ClusterValues(), platform)
+}
+
+// ClusterValues are what this test cluster needs on top of a platform team's values: git over
+// plain HTTP on the node's address, a lower compression threshold, and attribution with the
+// receiver's certificate from the Secret CreateAuditSecret makes (the API server's audit
+// webhook was configured with it before the cluster existed, so the chart cannot make it).
+func ClusterValues() map[string]any {
 	return map[string]any{
-		"image":             map[string]any{"repository": repo, "tag": tag, "pullPolicy": "Never"},
-		"flags":             flags,
-		"secrets":           secrets,
-		"extraVolumes":      []any{map[string]any{"name": "audit-certs", "secret": map[string]any{"secretName": "audit-certs"}}},
+		"flags": map[string]any{
+			"source-allowed-schemes":   []any{"https", "ssh", "http"},
+			"git-allowed-schemes":      []any{"https", "ssh", "http"},
+			"compression-threshold":    CompressionThreshold,
+			"author-attribution":       true,
+			"author-attribution-route": AuditRoute,
+			"audit-cert-dir":           auditCertDir,
+			"audit-client-ca":          auditCertDir + "/ca.crt",
+			// The API server presents the audit client certificate to the admission webhooks too.
+			"commitrequest-webhook-client-ca": auditCertDir + "/ca.crt",
+		},
+		"extraVolumes":      []any{map[string]any{"name": "audit-certs", "secret": map[string]any{"secretName": auditSecret}}},
 		"extraVolumeMounts": []any{map[string]any{"name": "audit-certs", "mountPath": auditCertDir, "readOnly": true}},
 	}
 }
 
-// InstallChart is `helm install --wait` of the chart with values, with the Helm Go SDK; it
-// checks that both replicas are Ready, one holds the Lease, and the injection webhook answers
-// through the chart's Service. It is uninstalled when the whole test ends, after the tests'
-// namespaces are gone.
-func (e *Env) InstallChart(t *testing.T, values map[string]any) {
-	ctx := context.Background()
-	// Not one of e.namespaces: it goes after the uninstall.
-	e.Release = e.C.Namespace(e.T, "siteops", nil)
+// auditSecret holds the audit receiver's certificate in the release's namespace.
+const auditSecret = "audit-certs"
+
+// CreateAuditSecret creates the Secret ClusterValues mounts in namespace ns: the audit
+// receiver's certificate, which the API server's audit webhook trusts.
+func (e *Env) CreateAuditSecret(t testing.TB, ns string) {
+	t.Helper()
 	certs := map[string][]byte{}
 	for _, f := range []string{"tls.crt", "tls.key", "ca.crt"} {
 		b, err := os.ReadFile(filepath.Join(auditCerts.CertDir, f))
 		Must(t, err, "read audit certificate")
 		certs[f] = b
 	}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: auditSecret, Namespace: ns}, Data: certs}
+	Must(t, e.C.Client.Create(context.Background(), s), "create Secret %s", s.Name)
+}
+
+// InstallChart is `helm install --wait` of the chart with values, with the Helm Go SDK, into a
+// namespace of its own, then Installed's checks.
+func (e *Env) InstallChart(t *testing.T, values map[string]any) {
+	ctx := context.Background()
+	// Not one of e.namespaces: it goes after the uninstall.
+	ns := e.C.Namespace(e.T, "siteops", nil)
+	e.CreateAuditSecret(t, ns)
 	secrets := []*corev1.Secret{
-		{ObjectMeta: metav1.ObjectMeta{Name: "audit-certs", Namespace: e.Release}, Data: certs},
-		{ObjectMeta: metav1.ObjectMeta{Name: "valkey-admin", Namespace: e.Release}, StringData: map[string]string{"password": e.ValkeyPassword}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "mirror-redis", Namespace: e.Release}, StringData: map[string]string{"password": e.RedisPassword}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "valkey-admin", Namespace: ns}, StringData: map[string]string{"password": e.ValkeyPassword}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "mirror-redis", Namespace: ns}, StringData: map[string]string{"password": e.RedisPassword}},
 	}
 	if e.S3 != nil {
-		secrets = append(secrets, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: s3CredentialsSecret, Namespace: e.Release},
+		secrets = append(secrets, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: s3CredentialsSecret, Namespace: ns},
 			StringData: map[string]string{"AWS_ACCESS_KEY_ID": e.S3.AccessKey, "AWS_SECRET_ACCESS_KEY": e.S3.SecretKey}})
 	}
 	for _, s := range secrets {
 		Must(t, e.C.Client.Create(ctx, s), "create Secret %s", s.Name)
 	}
 
-	flags := kube.GetConfig(e.KC, "", e.Release)
-	// Not the discovery cache in ~/.kube: the test leaves nothing on the machine.
-	cacheDir := e.T.TempDir()
-	flags.CacheDir = &cacheDir
-	cfg := &action.Configuration{}
-	Must(t, cfg.Init(flags, e.Release, "secret", func(string, ...any) {}), "helm configuration")
+	cfg := e.helmConfig(t, ns)
 	// The tests using this package sit two folders under the module root.
 	chart, err := loader.Load(filepath.Join("..", "..", "charts", "siteops"))
 	Must(t, err, "load chart")
 	install := action.NewInstall(cfg)
-	install.ReleaseName, install.Namespace = "siteops", e.Release
+	install.ReleaseName, install.Namespace = ReleaseName, ns
 	install.Wait, install.Timeout = true, 2*time.Minute
 	start := time.Now()
 	rel, err := install.Run(chart, values)
 	if err != nil {
+		e.Release = ns
 		e.DumpManagers(t)
 		t.Fatalf("helm install: %v", err)
 	}
 	t.Logf("helm install --wait returned after %s (release %s, chart %s)", time.Since(start).Round(time.Millisecond), rel.Name, rel.Chart.Metadata.Version)
+	e.Installed(t, ns)
+}
+
+// ReleaseName is the chart's release name in every test.
+const ReleaseName = "siteops"
+
+// helmConfig is the Helm SDK's configuration for namespace ns as the admin.
+func (e *Env) helmConfig(t testing.TB, ns string) *action.Configuration {
+	flags := kube.GetConfig(e.KC, "", ns)
+	// Not the discovery cache in ~/.kube: the test leaves nothing on the machine.
+	cacheDir := e.T.TempDir()
+	flags.CacheDir = &cacheDir
+	cfg := &action.Configuration{}
+	Must(t, cfg.Init(flags, ns, "secret", func(string, ...any) {}), "helm configuration")
+	return cfg
+}
+
+// Installed takes over the release ReleaseName installed in namespace ns (by InstallChart, or
+// by commands a test ran): it is uninstalled when the whole test ends, after the tests'
+// namespaces are gone. It checks that both replicas are Ready, one holds the Lease, and the
+// injection webhook answers through the chart's Service, and points the audit relay at the
+// manager pods.
+func (e *Env) Installed(t *testing.T, ns string) {
+	ctx := context.Background()
+	e.Release = ns
+	cfg := e.helmConfig(t, ns)
 	e.T.Cleanup(func() {
 		t := e.T
 		// The manager removes the finalizers it put on the tests' namespaces, so they go first.
 		e.deleteNamespaces(t)
 		auditRelay.setTarget(nil)
-		if _, err := action.NewUninstall(cfg).Run("siteops"); err != nil {
+		if _, err := action.NewUninstall(cfg).Run(ReleaseName); err != nil {
 			t.Errorf("helm uninstall: %v", err)
 		}
 	})

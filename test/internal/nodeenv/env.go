@@ -130,6 +130,10 @@ func (e *Env) Namespace(t testing.TB, prefix string, annotations map[string]stri
 	return ns.Name
 }
 
+// TrackNamespace has namespace name, made by commands a test ran, deleted and awaited before
+// the chart is uninstalled, like the ones Namespace makes.
+func (e *Env) TrackNamespace(name string) { e.namespaces = append(e.namespaces, name) }
+
 // deleteNamespaces deletes the tests' namespaces and waits until they are gone (their pods
 // stopped by the kubelet, the manager's finalizers removed).
 func (e *Env) deleteNamespaces(t testing.TB) {
