@@ -36,6 +36,7 @@ import (
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/decofile/encode"
 	"github.com/siteops/siteops/internal/decofile/source"
+	"github.com/siteops/siteops/internal/workload"
 )
 
 // Annotations the controller puts on the ConfigMap, for people and tools reading it. They are
@@ -135,8 +136,8 @@ type Reconciler struct {
 	// written remembers, per Decofile, the resourceVersion of this controller's last status
 	// write until the manager's cache has it (see read).
 	written sync.Map // types.NamespacedName → string
-	// kinds remembers the workload kinds the API server does not serve.
-	kinds missingKinds
+	// workloads lists the workloads injected with a Decofile, through reader.
+	workloads *workload.Lister
 	// retrievals holds a slot per delivery from a remote source (MaxConcurrentRetrievals).
 	retrievals chan struct{}
 	// memory bounds the content and compressors of the deliveries in flight (MemoryBytes).
@@ -191,6 +192,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	r := &Reconciler{
 		client:     mgr.GetClient(),
 		reader:     mgr.GetAPIReader(),
+		workloads:  &workload.Lister{Reader: mgr.GetAPIReader()},
 		status:     status,
 		recorder:   mgr.GetEventRecorder("siteops-decofile"),
 		opts:       o,

@@ -2,17 +2,16 @@ package controller
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/decofile/encode"
 	"github.com/siteops/siteops/internal/decofile/inject"
+	"github.com/siteops/siteops/internal/workload"
 )
 
 // ReasonFormatSwitched (Warning Event): the content no longer fits the key some workloads'
@@ -28,34 +27,27 @@ const ReasonFormatSwitched = "FormatSwitched"
 func (r *Reconciler) readers(ctx context.Context, df *decov1.Decofile) (map[string][]string, error) {
 	out := map[string][]string{}
 	seen := map[string]bool{}
-	for _, gvk := range inject.WorkloadKinds {
-		for _, sel := range []client.MatchingLabels{{decov1.LabelDecofile: df.Name}, {decov1.LabelDeploymentID: df.DeploymentIDOrName()}} {
-			list := &unstructured.UnstructuredList{}
-			list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-			missing, err := r.kinds.list(ctx, r.reader, gvk, list, client.InNamespace(df.Namespace), sel)
-			if missing {
-				break
+	for _, sel := range []client.MatchingLabels{{decov1.LabelDecofile: df.Name}, {decov1.LabelDeploymentID: df.DeploymentIDOrName()}} {
+		ws, err := r.workloads.List(ctx, df.Namespace, sel)
+		if err != nil {
+			return nil, err
+		}
+		for i := range ws {
+			w := &ws[i]
+			id := workload.Name(w)
+			if seen[id] {
+				continue
 			}
+			seen[id] = true
+			tpl, err := inject.ReadTemplate(w)
 			if err != nil {
-				return nil, fmt.Errorf("list %s: %w", gvk.Kind, err)
+				continue // not a workload the webhook could have injected
 			}
-			for i := range list.Items {
-				w := &list.Items[i]
-				id := strings.ToLower(gvk.Kind) + "/" + w.GetName()
-				if seen[id] || w.GetDeletionTimestamp() != nil {
-					continue
-				}
-				seen[id] = true
-				tpl, err := inject.ReadTemplate(w)
-				if err != nil {
-					continue // not a workload the webhook could have injected
-				}
-				for _, c := range tpl.Containers {
-					for _, e := range c.Env {
-						for _, key := range []string{decov1.KeyJSON, decov1.KeyBin} {
-							if e.Name == decov1.EnvRelease && strings.HasPrefix(e.Value, "file://") && strings.HasSuffix(e.Value, "/"+key) && !slices.Contains(out[key], id) {
-								out[key] = append(out[key], id)
-							}
+			for _, c := range tpl.Containers {
+				for _, e := range c.Env {
+					for _, key := range []string{decov1.KeyJSON, decov1.KeyBin} {
+						if e.Name == decov1.EnvRelease && strings.HasPrefix(e.Value, "file://") && strings.HasSuffix(e.Value, "/"+key) && !slices.Contains(out[key], id) {
+							out[key] = append(out[key], id)
 						}
 					}
 				}

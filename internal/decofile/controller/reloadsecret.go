@@ -19,7 +19,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
-	"github.com/siteops/siteops/internal/decofile/inject"
+	"github.com/siteops/siteops/internal/workload"
 )
 
 // AnnotationRestartPending on a reload Secret says the workloads using it still have to be
@@ -116,33 +116,20 @@ func (r *Reconciler) restartPending(ctx context.Context, df *decov1.Decofile, s 
 // once the Secret is gone (pods reference it; their spec does not contain it).
 func (r *Reconciler) restartWorkloads(ctx context.Context, df *decov1.Decofile) error {
 	at := r.now().UTC().Format(time.RFC3339)
-	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil,
-		`{"spec":{"template":{"metadata":{"annotations":{%q:%q}}}}}`, AnnotationRestartedAt, at))
 	var restarted, failed []string
 	var errs []error
-	for _, gvk := range inject.WorkloadKinds {
-		list := &metav1.PartialObjectMetadataList{}
-		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-		missing, err := r.kinds.list(ctx, r.reader, gvk, list, client.InNamespace(df.Namespace), client.MatchingLabels{decov1.LabelDecofile: df.Name})
-		if missing {
-			continue // e.g. Knative is not installed
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("list %s: %w", gvk.Kind, err))
+	ws, err := r.workloads.List(ctx, df.Namespace, client.MatchingLabels{decov1.LabelDecofile: df.Name})
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for i := range ws {
+		w := &ws[i]
+		if err := workload.Restart(ctx, r.client, w, AnnotationRestartedAt, at); err != nil {
+			errs = append(errs, err)
+			failed = append(failed, workload.Name(w))
 			continue
 		}
-		for i := range list.Items {
-			w := &list.Items[i]
-			if w.DeletionTimestamp != nil {
-				continue
-			}
-			if err := r.client.Patch(ctx, w, patch); err != nil {
-				errs = append(errs, fmt.Errorf("restart %s %s: %w", gvk.Kind, w.Name, err))
-				failed = append(failed, strings.ToLower(gvk.Kind)+"/"+w.Name)
-				continue
-			}
-			restarted = append(restarted, strings.ToLower(gvk.Kind)+"/"+w.Name)
-		}
+		restarted = append(restarted, workload.Name(w))
 	}
 	slices.Sort(restarted)
 	if len(restarted) > 0 || len(errs) > 0 {

@@ -11,20 +11,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/internal/workload"
 )
-
-// WorkloadKinds are the kinds the injection webhook mutates, listed by the delete protection.
-var WorkloadKinds = []schema.GroupVersionKind{
-	{Group: "apps", Version: "v1", Kind: "Deployment"},
-	{Group: "apps", Version: "v1", Kind: "StatefulSet"},
-	{Group: "serving.knative.dev", Version: "v1", Kind: "Service"},
-}
 
 // usersPerKind is how many workloads of each kind the delete protection reads and names at most.
 const usersPerKind = 20
@@ -68,7 +61,7 @@ func (p *Protector) Handle(ctx context.Context, req admission.Request) admission
 // kind/name, skipping workloads being deleted and kinds the cluster does not serve. It reads at
 // most usersPerKind of each kind; more reports that there are others.
 func (p *Protector) Users(ctx context.Context, namespace, name string) (users []string, more bool, err error) {
-	for _, gvk := range WorkloadKinds {
+	for _, gvk := range workload.Kinds {
 		list := &metav1.PartialObjectMetadataList{}
 		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
 		err := p.Reader.List(ctx, list, client.InNamespace(namespace), client.MatchingLabels{decov1.LabelDecofile: name}, client.Limit(usersPerKind))

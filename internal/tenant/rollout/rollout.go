@@ -1,32 +1,28 @@
 // Package rollout restarts the workloads (Deployments, StatefulSets, Knative Services) of a
 // namespace that read the tenant's Valkey Secret, so new pods start with new credentials, and
-// tells when every restarted workload has rolled out.
-// Knative Services are handled as unstructured objects so the operator does not depend on
-// Knative's Go packages; clusters without Knative are skipped.
+// tells when every restarted workload has rolled out. Listing and restarting are the workload
+// package's, shared with the Decofile part.
 package rollout
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/internal/workload"
 )
 
 // AnnotationRevision on a pod template records which credentials the pods were started for.
 // Changing it is what makes Kubernetes (or Knative) start new pods.
 const AnnotationRevision = "deco.sites/valkey-acl-revision"
-
-// KnativeServiceList is the list kind of Knative Services.
-var KnativeServiceList = schema.GroupVersionKind{Group: "serving.knative.dev", Version: "v1", Kind: "ServiceList"}
 
 // Workload names one restarted object.
 type Workload struct {
@@ -46,6 +42,9 @@ type Roller struct {
 	Reader client.Reader
 	// Writer patches workloads.
 	Writer client.Client
+
+	once   sync.Once
+	lister *workload.Lister
 }
 
 // Injected reports whether a workload asks for the tenant Secret: through a Decofile injection
@@ -59,57 +58,41 @@ func Injected(objAnnotations, templateAnnotations map[string]string) bool {
 	return false
 }
 
+// injected lists the workloads of namespace that ask for the tenant Secret.
+func (r *Roller) injected(ctx context.Context, namespace string) ([]unstructured.Unstructured, error) {
+	r.once.Do(func() { r.lister = &workload.Lister{Reader: r.Reader} })
+	all, err := r.lister.List(ctx, namespace)
+	if err != nil {
+		return nil, err
+	}
+	var out []unstructured.Unstructured
+	for _, w := range all {
+		if Injected(w.GetAnnotations(), workload.TemplateAnnotations(&w)) {
+			out = append(out, w)
+		}
+	}
+	return out, nil
+}
+
 // Roll sets the revision annotation to rev on every injected workload of namespace whose pods
 // were not started for rev, and returns the workloads it patched.
 func (r *Roller) Roll(ctx context.Context, namespace, rev string) ([]Workload, error) {
-	var patched []Workload
-	var deps appsv1.DeploymentList
-	if err := r.Reader.List(ctx, &deps, client.InNamespace(namespace)); err != nil {
-		return nil, fmt.Errorf("list Deployments in %s: %w", namespace, err)
-	}
-	patch := templatePatch(rev)
-	var errs []error
-	for i := range deps.Items {
-		d := &deps.Items[i]
-		if !Injected(d.Annotations, d.Spec.Template.Annotations) || d.Spec.Template.Annotations[AnnotationRevision] == rev {
-			continue
-		}
-		if err := r.Writer.Patch(ctx, d, patch); err != nil {
-			errs = append(errs, fmt.Errorf("restart Deployment %s/%s: %w", namespace, d.Name, err))
-			continue
-		}
-		patched = append(patched, Workload{Kind: "Deployment", Name: d.Name})
-	}
-	var sets appsv1.StatefulSetList
-	if err := r.Reader.List(ctx, &sets, client.InNamespace(namespace)); err != nil {
-		return patched, errors.Join(append(errs, fmt.Errorf("list StatefulSets in %s: %w", namespace, err))...)
-	}
-	for i := range sets.Items {
-		st := &sets.Items[i]
-		if !Injected(st.Annotations, st.Spec.Template.Annotations) || st.Spec.Template.Annotations[AnnotationRevision] == rev {
-			continue
-		}
-		if err := r.Writer.Patch(ctx, st, patch); err != nil {
-			errs = append(errs, fmt.Errorf("restart StatefulSet %s/%s: %w", namespace, st.Name, err))
-			continue
-		}
-		patched = append(patched, Workload{Kind: "StatefulSet", Name: st.Name})
-	}
-	ksvcs, err := r.knativeServices(ctx, namespace)
+	ws, err := r.injected(ctx, namespace)
 	if err != nil {
-		return patched, errors.Join(append(errs, err)...)
+		return nil, err
 	}
-	for i := range ksvcs {
-		s := &ksvcs[i]
-		tmpl, _, _ := unstructured.NestedStringMap(s.Object, "spec", "template", "metadata", "annotations")
-		if !Injected(s.GetAnnotations(), tmpl) || tmpl[AnnotationRevision] == rev {
+	var patched []Workload
+	var errs []error
+	for i := range ws {
+		w := &ws[i]
+		if workload.TemplateAnnotations(w)[AnnotationRevision] == rev {
 			continue
 		}
-		if err := r.Writer.Patch(ctx, s, patch); err != nil {
-			errs = append(errs, fmt.Errorf("restart Knative Service %s/%s: %w", namespace, s.GetName(), err))
+		if err := workload.Restart(ctx, r.Writer, w, AnnotationRevision, rev); err != nil {
+			errs = append(errs, fmt.Errorf("in %s: %w", namespace, err))
 			continue
 		}
-		patched = append(patched, Workload{Kind: "Service.serving.knative.dev", Name: s.GetName()})
+		patched = append(patched, workloadOf(w))
 	}
 	return patched, errors.Join(errs...)
 }
@@ -118,66 +101,41 @@ func (r *Roller) Roll(ctx context.Context, namespace, rev string) ([]Workload, e
 // it, or restarted but still running older pods. An empty list means no pod can still hold
 // credentials older than rev.
 func (r *Roller) Pending(ctx context.Context, namespace, rev string) ([]Workload, error) {
-	var pending []Workload
-	var deps appsv1.DeploymentList
-	if err := r.Reader.List(ctx, &deps, client.InNamespace(namespace)); err != nil {
-		return nil, fmt.Errorf("list Deployments in %s: %w", namespace, err)
-	}
-	for i := range deps.Items {
-		d := &deps.Items[i]
-		if !Injected(d.Annotations, d.Spec.Template.Annotations) {
-			continue
-		}
-		if d.Spec.Template.Annotations[AnnotationRevision] != rev || !DeploymentRolledOut(d) {
-			pending = append(pending, Workload{Kind: "Deployment", Name: d.Name})
-		}
-	}
-	var sets appsv1.StatefulSetList
-	if err := r.Reader.List(ctx, &sets, client.InNamespace(namespace)); err != nil {
-		return nil, fmt.Errorf("list StatefulSets in %s: %w", namespace, err)
-	}
-	for i := range sets.Items {
-		st := &sets.Items[i]
-		if !Injected(st.Annotations, st.Spec.Template.Annotations) {
-			continue
-		}
-		if st.Spec.Template.Annotations[AnnotationRevision] != rev || !StatefulSetRolledOut(st) {
-			pending = append(pending, Workload{Kind: "StatefulSet", Name: st.Name})
-		}
-	}
-	ksvcs, err := r.knativeServices(ctx, namespace)
+	ws, err := r.injected(ctx, namespace)
 	if err != nil {
 		return nil, err
 	}
-	for i := range ksvcs {
-		s := &ksvcs[i]
-		tmpl, _, _ := unstructured.NestedStringMap(s.Object, "spec", "template", "metadata", "annotations")
-		if !Injected(s.GetAnnotations(), tmpl) {
-			continue
-		}
-		if tmpl[AnnotationRevision] != rev || !KnativeServiceRolledOut(s) {
-			pending = append(pending, Workload{Kind: "Service.serving.knative.dev", Name: s.GetName()})
+	var pending []Workload
+	for i := range ws {
+		w := &ws[i]
+		if workload.TemplateAnnotations(w)[AnnotationRevision] != rev || !rolledOut(w) {
+			pending = append(pending, workloadOf(w))
 		}
 	}
 	return pending, nil
 }
 
-// knativeServices lists Knative Services, or nothing when the cluster has no Knative Serving.
-func (r *Roller) knativeServices(ctx context.Context, namespace string) ([]unstructured.Unstructured, error) {
-	list := &unstructured.UnstructuredList{}
-	list.SetGroupVersionKind(KnativeServiceList)
-	if err := r.Reader.List(ctx, list, client.InNamespace(namespace)); err != nil {
-		if meta.IsNoMatchError(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("list Knative Services in %s: %w", namespace, err)
+// workloadOf names w as Workload: its kind, with the group for Knative Services.
+func workloadOf(w *unstructured.Unstructured) Workload {
+	kind := w.GetKind()
+	if g := w.GroupVersionKind().Group; g != "" && g != "apps" {
+		kind += "." + g
 	}
-	return list.Items, nil
+	return Workload{Kind: kind, Name: w.GetName()}
 }
 
-func templatePatch(rev string) client.Patch {
-	return client.RawPatch(types.MergePatchType,
-		fmt.Appendf(nil, `{"spec":{"template":{"metadata":{"annotations":{%q:%q}}}}}`, AnnotationRevision, rev))
+// rolledOut reports whether w's controller has every replica on its current template.
+func rolledOut(w *unstructured.Unstructured) bool {
+	switch w.GetKind() {
+	case "Deployment":
+		var d appsv1.Deployment
+		return runtime.DefaultUnstructuredConverter.FromUnstructured(w.Object, &d) == nil && DeploymentRolledOut(&d)
+	case "StatefulSet":
+		var st appsv1.StatefulSet
+		return runtime.DefaultUnstructuredConverter.FromUnstructured(w.Object, &st) == nil && StatefulSetRolledOut(&st)
+	default:
+		return KnativeServiceRolledOut(w)
+	}
 }
 
 // DeploymentRolledOut reports whether the Deployment controller has seen the current spec and
