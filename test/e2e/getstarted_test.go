@@ -227,23 +227,28 @@ func runPage(t *testing.T, dir string, env []string, blocks []pageBlock, hooks [
 	doneW.Close()
 	goR.Close()
 	ran := -1
+	var took strings.Builder
 	defer func() {
 		_ = cmd.Process.Kill()
 		t.Logf("output of the page's commands:\n%s", out)
+		t.Logf("time of each block:\n%s", took.String())
 	}()
 	lines := bufio.NewScanner(doneR)
+	last := time.Now()
 	for lines.Scan() {
 		var i int
 		if _, err := fmt.Sscan(lines.Text(), &i); err != nil {
 			t.Fatalf("bash said %q on fd 3", lines.Text())
 		}
 		ran = i
+		fmt.Fprintf(&took, "%s:%-4d %6.1fs\n", getStartedPage, blocks[i].line, time.Since(last).Seconds())
 		for _, h := range after[i] {
 			h.run(t)
 		}
 		if _, err := io.WriteString(goW, "\n"); err != nil {
 			t.Fatalf("tell bash to go on: %v", err)
 		}
+		last = time.Now()
 	}
 	if err := cmd.Wait(); err != nil {
 		next := blocks[min(ran+1, len(blocks)-1)]
