@@ -27,7 +27,7 @@ type windowCloser struct {
 // CloseWindow closes target's window through its writer; a target the engine does not run (not
 // the leader yet, not applied yet, or its writer just restarted) is ErrTargetNotRunning, which
 // the CommitRequest controller retries.
-func (c windowCloser) CloseWindow(ctx context.Context, target types.NamespacedName, message string, author *gitwriter.Signature) (commitrequest.Closed, error) {
+func (c windowCloser) CloseWindow(ctx context.Context, target types.NamespacedName, request types.UID, message string, author *gitwriter.Signature) (commitrequest.Closed, error) {
 	// A writer that cannot reach its remote must not hold a reconcile worker forever; the
 	// request is retried, and a push that still lands shows up as NothingPending then.
 	ctx, cancel := context.WithTimeout(ctx, closeTimeout)
@@ -35,12 +35,30 @@ func (c windowCloser) CloseWindow(ctx context.Context, target types.NamespacedNa
 	if c.settle != nil {
 		c.settle(ctx, target)
 	}
-	res, err := c.eng.CloseWindow(ctx, target, message, author)
-	if errors.Is(err, engine.ErrNotStarted) || errors.Is(err, engine.ErrUnknownTarget) || errors.Is(err, gitwriter.ErrWriterStopped) {
+	res, err := c.eng.CloseWindow(ctx, target, string(request), message, author)
+	if notRunning(err) {
 		return commitrequest.Closed{}, errors.Join(commitrequest.ErrTargetNotRunning, err)
 	}
 	if err != nil {
 		return commitrequest.Closed{}, err
 	}
 	return commitrequest.Closed{Commit: res.Commit, Author: res.Author}, nil
+}
+
+// FindCommit returns the commit on target's branch made for request and its author; Commit is
+// "" when none of the branch's recent commits was.
+func (c windowCloser) FindCommit(ctx context.Context, target types.NamespacedName, request types.UID) (commitrequest.Closed, error) {
+	ctx, cancel := context.WithTimeout(ctx, closeTimeout)
+	defer cancel()
+	res, err := c.eng.FindRequest(ctx, target, string(request))
+	if notRunning(err) {
+		return commitrequest.Closed{}, errors.Join(commitrequest.ErrTargetNotRunning, err)
+	}
+	return commitrequest.Closed{Commit: res.Commit, Author: res.Author}, err
+}
+
+// notRunning reports whether err says the target has no running writer (not the leader yet, not
+// applied yet, or its writer just restarted).
+func notRunning(err error) bool {
+	return errors.Is(err, engine.ErrNotStarted) || errors.Is(err, engine.ErrUnknownTarget) || errors.Is(err, gitwriter.ErrWriterStopped)
 }

@@ -100,7 +100,7 @@ func TestCommitRequestWithoutWebhook(t *testing.T) {
 	if a == nil || a.Status != metav1.ConditionFalse || a.Reason != mirrorv1alpha1.ReasonCommitterFallback {
 		t.Fatalf("AuthorAttributed = %+v", a)
 	}
-	if got := f.git(t, "log", "-1", "--format=%H | %an <%ae> | %B", "main"); got != cr.Status.Commit+" | Mirror Bot <mirror@example.com> | Release 2\n\nAttribution: absent" {
+	if got := f.git(t, "log", "-1", "--format=%H | %an <%ae> | %B", "main"); got != cr.Status.Commit+" | Mirror Bot <mirror@example.com> | Release 2\n\nAttribution: absent\nCommit-Request: "+string(cr.UID) {
 		t.Fatalf("commit = %q, status %+v", got, cr.Status)
 	}
 

@@ -25,6 +25,9 @@ const (
 	ReasonTargetNotFound = "TargetNotFound"
 	// ReasonCommitFailed: committing or pushing failed; the request is retried.
 	ReasonCommitFailed = "CommitFailed"
+	// ReasonCommitting: the commit is being made and pushed (Committed=Unknown); a request
+	// found so again looks for its commit in the branch's history before committing.
+	ReasonCommitting = "Committing"
 	// ReasonPending: the request has not been processed yet.
 	ReasonPending = "Pending"
 )

@@ -57,18 +57,23 @@ type closer struct {
 	mu    sync.Mutex
 	calls []call
 	fail  error
+	// loseOutcome pushes and then reports an error, as a leader gone between its push and its
+	// status write would leave the request.
+	loseOutcome bool
+	pushed      map[types.UID]commitrequest.Closed
 }
 
 type call struct {
 	target  types.NamespacedName
+	request types.UID
 	message string
 	author  *gitwriter.Signature
 }
 
-func (c *closer) CloseWindow(_ context.Context, target types.NamespacedName, message string, author *gitwriter.Signature) (commitrequest.Closed, error) {
+func (c *closer) CloseWindow(_ context.Context, target types.NamespacedName, request types.UID, message string, author *gitwriter.Signature) (commitrequest.Closed, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.calls = append(c.calls, call{target, message, author})
+	c.calls = append(c.calls, call{target, request, message, author})
 	if c.fail != nil {
 		return commitrequest.Closed{}, c.fail
 	}
@@ -76,7 +81,38 @@ func (c *closer) CloseWindow(_ context.Context, target types.NamespacedName, mes
 	if author != nil {
 		a = *author
 	}
-	return commitrequest.Closed{Commit: fmt.Sprintf("%040d", len(c.calls)), Author: a}, nil
+	res := commitrequest.Closed{Commit: fmt.Sprintf("%040d", len(c.calls)), Author: a}
+	if c.pushed == nil {
+		c.pushed = map[types.UID]commitrequest.Closed{}
+	}
+	c.pushed[request] = res
+	if c.loseOutcome {
+		return commitrequest.Closed{}, errors.New("the push's outcome was lost")
+	}
+	return res, nil
+}
+
+// FindCommit finds what CloseWindow pushed for request, as the branch's trailers would.
+func (c *closer) FindCommit(_ context.Context, _ types.NamespacedName, request types.UID) (commitrequest.Closed, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fail != nil {
+		return commitrequest.Closed{}, c.fail
+	}
+	return c.pushed[request], nil
+}
+
+// callsFor counts the CloseWindow calls made for request.
+func (c *closer) callsFor(request types.UID) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, call := range c.calls {
+		if call.request == request {
+			n++
+		}
+	}
+	return n
 }
 
 func (c *closer) last() call {
@@ -134,6 +170,37 @@ func TestCommitRequest(t *testing.T) {
 	t.Run("DryRunRecordsNothing", func(t *testing.T) { testDryRunRecordsNothing(t, f) })
 	t.Run("WebhookDownFallsBackToCommitter", func(t *testing.T) { testWebhookDown(t, f) })
 	t.Run("TargetNotRunningRetries", func(t *testing.T) { testTargetNotRunning(t, f) })
+	t.Run("LostOutcomeFoundNotCommittedAgain", func(t *testing.T) { testLostOutcome(t, f) })
+}
+
+// testLostOutcome: the push of a request's commit succeeds but its outcome never reaches the
+// controller; the retry finds the commit by the request's UID and reports it, without closing
+// the window a second time.
+func testLostOutcome(t *testing.T, f *fixture) {
+	ctx := context.Background()
+	ns := f.c.Namespace(t, "cr", nil)
+	f.closer.mu.Lock()
+	f.closer.loseOutcome = true
+	f.closer.mu.Unlock()
+	t.Cleanup(func() {
+		f.closer.mu.Lock()
+		f.closer.loseOutcome = false
+		f.closer.mu.Unlock()
+	})
+	cr := newRequest(ns, "lost", "site", "Release 3")
+	if err := f.c.Client.Create(ctx, cr); err != nil {
+		t.Fatal(err)
+	}
+	got := waitCondition(t, f.c.Client, client.ObjectKeyFromObject(cr), mirrorv1alpha1.ConditionCommitted, metav1.ConditionTrue, mirrorv1alpha1.ReasonPushed)
+	f.closer.mu.Lock()
+	pushed := f.closer.pushed[got.UID]
+	f.closer.mu.Unlock()
+	if got.Status.Commit == "" || got.Status.Commit != pushed.Commit {
+		t.Fatalf("status commit %q, the pushed one %q", got.Status.Commit, pushed.Commit)
+	}
+	if n := f.closer.callsFor(got.UID); n != 1 {
+		t.Fatalf("the window was closed %d times for the request, want once", n)
+	}
 }
 
 // userClient is a client authenticated as user (each has its own client certificate).

@@ -39,9 +39,12 @@ type Closed struct {
 // WindowCloser closes a GitTarget's open commit window at once (the mirror engine).
 type WindowCloser interface {
 	// CloseWindow commits what is pending for target now, with message and author (nil means
-	// the committer), pushes it, and returns the result. ErrTargetNotRunning when the target is
-	// not running.
-	CloseWindow(ctx context.Context, target types.NamespacedName, message string, author *gitwriter.Signature) (Closed, error)
+	// the committer) and request's UID in a trailer, pushes it, and returns the result.
+	// ErrTargetNotRunning when the target is not running.
+	CloseWindow(ctx context.Context, target types.NamespacedName, request types.UID, message string, author *gitwriter.Signature) (Closed, error)
+	// FindCommit returns the commit an earlier CloseWindow pushed for request, read from the
+	// branch's recent history; Commit is "" when there is none. ErrTargetNotRunning as above.
+	FindCommit(ctx context.Context, target types.NamespacedName, request types.UID) (Closed, error)
 }
 
 // AuthorLookup reads command authors (the store's CommandAuthorStore).
@@ -52,6 +55,9 @@ type AuthorLookup interface {
 // Reconciler processes each CommitRequest once.
 type Reconciler struct {
 	Client client.Client
+	// Reader reads a request again after a conflicting status write: the API server, not the
+	// cache, which may not have the write that conflicted yet. Nil reads through Client.
+	Reader client.Reader
 	// Authors reads the submitters recorded at admission; nil means none are (the committer
 	// authors every command commit).
 	Authors AuthorLookup
@@ -82,6 +88,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&mirrorv1alpha1.CommitRequest{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: Workers}).
 		Complete(&fairness.Limit{Inner: r, Controller: name, PerNamespace: PerNamespace})
+}
+
+// attempted reports whether an earlier reconcile got as far as committing (or failing to): its
+// Committed condition is set.
+func attempted(cr *mirrorv1alpha1.CommitRequest) bool {
+	return meta.FindStatusCondition(cr.Status.Conditions, mirrorv1alpha1.ConditionCommitted) != nil
 }
 
 // done reports whether the request was already processed (a CommitRequest is one-shot).
@@ -124,18 +136,49 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.cond(&cr, s, mirrorv1alpha1.ConditionAuthorAttributed, attributed, reason, msg)
 	}
 
-	res, err := r.Closer.CloseWindow(ctx, target, cr.Spec.Message, author)
-	switch {
-	case errors.Is(err, ErrTargetNotRunning):
-		retry := r.RetryAfter
-		if retry <= 0 {
-			retry = 10 * time.Second
-		}
-		return ctrl.Result{RequeueAfter: retry}, r.setStatus(ctx, &cr, func(s *mirrorv1alpha1.CommitRequestStatus) {
+	retryAfter := r.RetryAfter
+	if retryAfter <= 0 {
+		retryAfter = 10 * time.Second
+	}
+	notRunning := func(err error) (ctrl.Result, error) {
+		return ctrl.Result{RequeueAfter: retryAfter}, r.setStatus(ctx, &cr, func(s *mirrorv1alpha1.CommitRequestStatus) {
 			setAuthor(s)
 			r.cond(&cr, s, mirrorv1alpha1.ConditionCommitted, metav1.ConditionFalse, mirrorv1alpha1.ReasonTargetNotFound,
 				fmt.Sprintf("GitTarget %s is not running in the mirror; retrying: %v", target.Name, err))
 		})
+	}
+
+	var res Closed
+	var err error
+	if attempted(&cr) {
+		// An earlier attempt may have pushed and lost its outcome (its leader went away before
+		// the status write, or the wait timed out while the push went on): its commit names the
+		// request in a trailer, and is reported instead of closing the window again, which
+		// would find nothing pending.
+		res, err = r.Closer.FindCommit(ctx, target, cr.UID)
+		switch {
+		case errors.Is(err, ErrTargetNotRunning):
+			return notRunning(err)
+		case err != nil:
+			return ctrl.Result{}, fmt.Errorf("look for the commit of an earlier attempt on GitTarget %s: %w", target, err)
+		case res.Commit != "":
+			log.Info("found the commit an earlier attempt pushed", "commit", res.Commit)
+		}
+	}
+	if res.Commit == "" {
+		// Recorded before the push, so that a retry after a lost outcome looks for the commit.
+		if err := r.setStatus(ctx, &cr, func(s *mirrorv1alpha1.CommitRequestStatus) {
+			setAuthor(s)
+			r.cond(&cr, s, mirrorv1alpha1.ConditionCommitted, metav1.ConditionUnknown, mirrorv1alpha1.ReasonCommitting,
+				"committing the target's pending changes and pushing them")
+		}); err != nil {
+			return ctrl.Result{}, fmt.Errorf("record that the request is being committed: %w", err)
+		}
+		res, err = r.Closer.CloseWindow(ctx, target, cr.UID, cr.Spec.Message, author)
+	}
+	switch {
+	case errors.Is(err, ErrTargetNotRunning):
+		return notRunning(err)
 	case err != nil:
 		if serr := r.setStatus(ctx, &cr, func(s *mirrorv1alpha1.CommitRequestStatus) {
 			setAuthor(s)
@@ -176,7 +219,11 @@ func (r *Reconciler) setStatus(ctx context.Context, cr *mirrorv1alpha1.CommitReq
 	first := true
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if !first {
-			if err := r.Client.Get(ctx, client.ObjectKeyFromObject(cr), cr); err != nil {
+			reader := r.Reader
+			if reader == nil {
+				reader = r.Client
+			}
+			if err := reader.Get(ctx, client.ObjectKeyFromObject(cr), cr); err != nil {
 				return client.IgnoreNotFound(err)
 			}
 		}

@@ -39,7 +39,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if o.Closer == nil {
 		return errors.New("commitrequest: no window closer (mirror engine) configured")
 	}
-	r := &Reconciler{Client: mgr.GetClient(), Closer: o.Closer, Identity: o.Identity, RetryAfter: o.RetryAfter}
+	r := &Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Closer: o.Closer, Identity: o.Identity, RetryAfter: o.RetryAfter}
 	if o.Authors != nil {
 		r.Authors = o.Authors
 		if srv := mgr.GetWebhookServer(); srv != nil {

@@ -359,14 +359,26 @@ func (e *Engine) Writer(target types.NamespacedName) (*gitwriter.Writer, TargetS
 }
 
 // CloseWindow closes target's open commit window now and commits its pending changes with
-// message, authored by author (nil: the committer); see gitwriter.Writer.CloseWindow. The
+// message, authored by author (nil: the committer), naming request in a trailer; see
+// gitwriter.Writer.CloseWindow. The
 // engine's lock is not held while the writer works, so watches and Apply carry on.
-func (e *Engine) CloseWindow(ctx context.Context, target types.NamespacedName, message string, author *gitwriter.Signature) (gitwriter.CommandResult, error) {
+func (e *Engine) CloseWindow(ctx context.Context, target types.NamespacedName, request, message string, author *gitwriter.Signature) (gitwriter.CommandResult, error) {
 	w, spec, err := e.Writer(target)
 	if err != nil {
 		return gitwriter.CommandResult{}, err
 	}
-	return w.CloseWindow(ctx, gitwriter.Command{Target: spec.UID, Path: spec.Path, Message: message, Author: author})
+	return w.CloseWindow(ctx, gitwriter.Command{Target: spec.UID, Path: spec.Path, Request: request, Message: message, Author: author})
+}
+
+// FindRequest returns the commit on target's branch made for request (a CommitRequest's UID)
+// and its author; Commit is "" when none of the branch's recent commits was. See
+// gitwriter.Writer.FindRequest.
+func (e *Engine) FindRequest(ctx context.Context, target types.NamespacedName, request string) (gitwriter.CommandResult, error) {
+	w, _, err := e.Writer(target)
+	if err != nil {
+		return gitwriter.CommandResult{}, err
+	}
+	return w.FindRequest(ctx, request)
 }
 
 // targetSink stamps every op with its GitTarget's UID on the way into the shared writer, so a

@@ -135,11 +135,15 @@ func (w *Writer) build(base plumbing.Hash, ops []Op, cmd *Command) (plumbing.Has
 		for _, a := range applied {
 			made = append(made, a.ops...)
 		}
+		trailers := w.trailers(made)
+		if claimed {
+			trailers += cmd.trailer()
+		}
 		now := time.Now()
 		commit := &object.Commit{
 			Author:    object.Signature{Name: author.Name, Email: author.Email, When: now},
 			Committer: object.Signature{Name: w.cfg.Committer.Name, Email: w.cfg.Committer.Email, When: now},
-			Message:   withTrailers(msg, w.trailers(made)),
+			Message:   withTrailers(msg, trailers),
 			TreeHash:  tree,
 		}
 		if !parent.IsZero() {

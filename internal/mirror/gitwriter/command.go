@@ -18,6 +18,9 @@ type Command struct {
 	Path string
 	// Message is the commit message, used as given.
 	Message string
+	// Request is the UID of the CommitRequest the command serves: its commit carries it as a
+	// Commit-Request trailer (FindRequest); "" adds none.
+	Request string
 	// Author authors the command's commit; nil means the committer. Only pending changes made
 	// by this author are the command's: a change with no author of its own (not attributed) is
 	// the committer's and is never credited to a submitter.

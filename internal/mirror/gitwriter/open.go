@@ -42,9 +42,9 @@ func (w *Writer) openRemote(ctx context.Context) bool {
 		var retry <-chan time.Time
 	attempt:
 		for {
-			commands := w.commands
+			commands, finds := w.commands, w.finds
 			if lastErr == nil {
-				commands = nil
+				commands, finds = nil, nil
 			}
 			select {
 			case err := <-result:
@@ -65,6 +65,8 @@ func (w *Writer) openRemote(ctx context.Context) bool {
 			case req := <-commands:
 				metrics.CommandsRefused.Inc()
 				req.done <- commandOutcome{err: fmt.Errorf("%w: %w", ErrRemoteUnavailable, lastErr)}
+			case req := <-finds:
+				req.done <- findOutcome{err: fmt.Errorf("%w: %w", ErrRemoteUnavailable, lastErr)}
 			case <-ctx.Done():
 				if result != nil {
 					// The attempt's exchange ends with ctx; wait so it no longer touches the writer.

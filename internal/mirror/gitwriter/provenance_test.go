@@ -2,6 +2,7 @@ package gitwriter
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -140,6 +141,43 @@ func TestTrailerFormat(t *testing.T) {
 	for in, want := range map[string]string{"a\n---\nb": "a\n ---\nb", "--- x": " --- x", "a -- b": "a -- b"} {
 		if got := bodyText(in); got != want {
 			t.Errorf("bodyText(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestFindRequest: a command's commit names its request in a Commit-Request trailer, and
+// FindRequest finds it among the branch's newest commits, past later commits; a request's
+// message that writes another request's trailer line does not make that one found.
+func TestFindRequest(t *testing.T) {
+	remote := testenv.GitRemote(t, servers.GitRemoteOptions{})
+	url, _ := remote.CreateRepo("requests", "main")
+	bare := remote.RepoDir("requests")
+	w, _ := startWriter(t, Config{URL: url, Branch: "main", Committer: Signature{"Mirror", "mirror@example.com"}, Window: time.Hour})
+	ctx := context.Background()
+	alice := &Signature{"alice", "alice@example.com"}
+	_ = w.Enqueue(ctx, attributed("ns/core/configmaps/a.yaml", "1", "exact_user", "cccccccc-0000-0000-0000-000000000001", alice))
+	forged := "Release 1\n\nCommit-Request: request-2\n"
+	res, err := w.CloseWindow(ctx, Command{Target: "t", Message: forged, Author: alice, Request: "request-1"})
+	if err != nil || res.Commit == "" {
+		t.Fatalf("close window: %+v, %v", res, err)
+	}
+	if got := gitOut(t, "", "--git-dir", bare, "log", "-1", "--format=%(trailers:key=Commit-Request,valueonly,unfold)", res.Commit); got != "request-1" {
+		t.Fatalf("Commit-Request trailer %q, want request-1", got)
+	}
+	// Later commits on top: the search goes past them.
+	for i := range 3 {
+		_ = w.Enqueue(ctx, attributed(fmt.Sprintf("ns/core/configmaps/b%d.yaml", i), "1", "exact_user", "", alice))
+		if _, err := w.CloseWindow(ctx, Command{Target: "t", Message: fmt.Sprintf("later %d", i), Author: alice}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	found, err := w.FindRequest(ctx, "request-1")
+	if err != nil || found.Commit != res.Commit || found.Author != *alice {
+		t.Fatalf("FindRequest(request-1) = %+v, %v; want %s by alice", found, err, res.Commit)
+	}
+	for _, other := range []string{"request-2", "request"} {
+		if found, err := w.FindRequest(ctx, other); err != nil || found.Commit != "" {
+			t.Fatalf("FindRequest(%s) = %+v, %v; want nothing", other, found, err)
 		}
 	}
 }

@@ -65,11 +65,7 @@ func (w *Writer) fetch(ctx context.Context) (bool, error) {
 	}
 	var tip plumbing.Hash
 	if !missing {
-		if refs, err := ar.AllReferences(); err == nil {
-			if ref, err := refs.Reference(plumbing.NewBranchReferenceName(w.cfg.Branch)); err == nil {
-				tip = ref.Hash()
-			}
-		}
+		tip = w.advertisedTip(ar)
 	}
 	if tip.IsZero() {
 		moved := !w.tip.IsZero()
@@ -77,17 +73,9 @@ func (w *Writer) fetch(ctx context.Context) (bool, error) {
 		return moved, nil
 	}
 	if _, err := w.repo.Storer.EncodedObject(plumbing.CommitObject, tip); err != nil {
-		req := packp.NewUploadPackRequestFromCapabilities(ar.Capabilities)
-		req.Wants = []plumbing.Hash{tip}
-		req.Depth = packp.DepthCommits(1)
-		if err := req.Capabilities.Set(capability.Shallow); err != nil {
-			return false, fmt.Errorf("%s: request a shallow fetch: %w", what, err)
-		}
-		// No side bands: the remote's progress and messages are never read.
-		req.Capabilities.Delete(capability.Sideband64k)
-		req.Capabilities.Delete(capability.Sideband)
-		if ar.Capabilities.Supports(capability.NoProgress) {
-			_ = req.Capabilities.Set(capability.NoProgress)
+		req, err := shallowRequest(ar, tip, 1)
+		if err != nil {
+			return false, fmt.Errorf("%s: %w", what, err)
 		}
 		if _, err := w.repo.Storer.EncodedObject(plumbing.CommitObject, w.tip); !w.tip.IsZero() && err == nil {
 			// The remote then sends only what changed since the writer's tip; the shallow lines
@@ -118,6 +106,37 @@ func (w *Writer) fetch(ctx context.Context) (bool, error) {
 	moved := tip != w.tip
 	w.tip = tip
 	return moved, nil
+}
+
+// advertisedTip is the writer's branch among the advertised references; zero when the remote
+// has no such branch.
+func (w *Writer) advertisedTip(ar *packp.AdvRefs) plumbing.Hash {
+	refs, err := ar.AllReferences()
+	if err != nil {
+		return plumbing.ZeroHash
+	}
+	ref, err := refs.Reference(plumbing.NewBranchReferenceName(w.cfg.Branch))
+	if err != nil {
+		return plumbing.ZeroHash
+	}
+	return ref.Hash()
+}
+
+// shallowRequest asks for tip and the depth-1 commits before it, without side bands: the
+// remote's progress and messages are never read.
+func shallowRequest(ar *packp.AdvRefs, tip plumbing.Hash, depth int) (*packp.UploadPackRequest, error) {
+	req := packp.NewUploadPackRequestFromCapabilities(ar.Capabilities)
+	req.Wants = []plumbing.Hash{tip}
+	req.Depth = packp.DepthCommits(depth)
+	if err := req.Capabilities.Set(capability.Shallow); err != nil {
+		return nil, fmt.Errorf("request a shallow fetch: %w", err)
+	}
+	req.Capabilities.Delete(capability.Sideband64k)
+	req.Capabilities.Delete(capability.Sideband)
+	if ar.Capabilities.Supports(capability.NoProgress) {
+		_ = req.Capabilities.Set(capability.NoProgress)
+	}
+	return req, nil
 }
 
 // addShallows records commits fetched without their parents.

@@ -130,7 +130,9 @@ type Writer struct {
 
 	// commands carries CloseWindow requests to Run; stopped is closed when Run returns.
 	commands chan commandRequest
-	stopped  chan struct{}
+	// finds carries FindRequest requests to Run.
+	finds   chan findRequest
+	stopped chan struct{}
 
 	mu     sync.Mutex
 	status Status
@@ -170,7 +172,7 @@ func New(cfg Config) *Writer {
 	if cfg.MaxSweepChanges <= 0 {
 		cfg.MaxSweepChanges = DefaultMaxSweepChanges
 	}
-	return &Writer{cfg: cfg, in: make(chan Op, 4096), name: egress.Redact(cfg.URL) + "#" + cfg.Branch, remote: newRemote(cfg), commands: make(chan commandRequest), stopped: make(chan struct{}),
+	return &Writer{cfg: cfg, in: make(chan Op, 4096), name: egress.Redact(cfg.URL) + "#" + cfg.Branch, remote: newRemote(cfg), commands: make(chan commandRequest), finds: make(chan findRequest), stopped: make(chan struct{}),
 		queuedBytes: semaphore.NewWeighted(cfg.MaxQueuedBytes), refusals: sweepRefusals{}}
 }
 
@@ -368,6 +370,9 @@ func (w *Writer) Run(ctx context.Context) error {
 			timer.Stop()
 			res, err := flushWith(ctx, &req.cmd)
 			req.done <- commandOutcome{res, err}
+		case req := <-w.finds:
+			res, err := w.findRequest(ctx, req.request)
+			req.done <- findOutcome{res, err}
 		}
 	}
 }
