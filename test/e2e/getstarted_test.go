@@ -261,8 +261,8 @@ func runPage(t *testing.T, dir string, env []string, blocks []pageBlock, hooks [
 
 // pageEnv is the reader's environment: this process's, with vars, a HOME of its own (helm's,
 // kubectl's and git's files stay in the test's folder; Go's caches do not move), kubectl and helm
-// from the test tools, the go install folder first on PATH, and no make variables of the make
-// running the tests.
+// from the test tools, the go install folder (in the user's cache folder) first on PATH, and no
+// make variables of the make running the tests.
 func pageEnv(t *testing.T, vars map[string]string) []string {
 	t.Helper()
 	goenv, err := exec.Command("go", "env", "GOCACHE", "GOMODCACHE", "GOPATH").Output()
@@ -272,7 +272,11 @@ func pageEnv(t *testing.T, vars map[string]string) []string {
 		t.Fatalf("go env: %q", goenv)
 	}
 	home := t.TempDir()
-	gobin := filepath.Join(home, "bin")
+	// Kept between runs, like the test tools: go install links the CLI again only when its
+	// sources changed.
+	cache, err := os.UserCacheDir()
+	nodeenv.Must(t, err, "cache folder")
+	gobin := filepath.Join(cache, "siteops", "get-started-bin")
 	tools := os.Getenv("KUBEBUILDER_ASSETS")
 	for _, tool := range []string{"kubectl", "helm"} {
 		if _, err := os.Stat(filepath.Join(tools, tool)); err != nil {
