@@ -14,7 +14,7 @@ BIN := bin
 TEST_PARALLEL ?= 2
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build image image-push install node-tools e2e test test-tools test-deps unit lint vet generate manifests check-manifests docs bench demo soak clean
+.PHONY: all build image image-binaries image-push registry-set install node-tools e2e test test-tools test-deps unit lint vet generate manifests check-manifests docs bench demo soak clean
 
 all: build
 
@@ -30,16 +30,22 @@ STATIC_BUILD := GOOS=linux GOARCH=amd64 go build -buildvcs=false \
 	-ldflags '-s -w -X github.com/siteops/siteops/internal/version.Version=$(VERSION)'
 
 ## image: reproducible OCI images of the manager and the site runtime into bin/images (docker-archive tarballs for ctr images import / docker load)
-image:
-	$(STATIC_BUILD) -o $(BIN)/linux-amd64/siteops-manager ./cmd/siteops-manager
-	$(STATIC_BUILD) -o $(BIN)/linux-amd64/siteops ./cmd/siteops
+image: image-binaries
 	go run ./hack/image --version $(VERSION) --bin-dir $(BIN)/linux-amd64 --out $(BIN)/images
 
-## image-push: the images, pushed to REGISTRY (host[:port][/prefix]) with the docker config's credentials; INSECURE=1 for plain HTTP
+# The static linux/amd64 binaries the images hold.
+image-binaries:
+	$(STATIC_BUILD) -o $(BIN)/linux-amd64/siteops-manager ./cmd/siteops-manager
+	$(STATIC_BUILD) -o $(BIN)/linux-amd64/siteops ./cmd/siteops
+
+## image-push: the images (written to bin/images too), pushed to REGISTRY (host[:port][/prefix]) with the docker config's credentials; INSECURE=1 for plain HTTP
 REGISTRY ?=
-image-push: image
-	@[ -n "$(REGISTRY)" ] || { echo "set REGISTRY: make image-push REGISTRY=HOST[:PORT][/PREFIX]"; exit 2; }
+image-push: registry-set image-binaries
 	go run ./hack/image --version $(VERSION) --bin-dir $(BIN)/linux-amd64 --out $(BIN)/images --push $(REGISTRY) $(if $(INSECURE),--insecure)
+
+# Before anything is built.
+registry-set:
+	@[ -n "$(REGISTRY)" ] || { echo "set REGISTRY: make image-push REGISTRY=HOST[:PORT][/PREFIX]"; exit 2; }
 
 ## install: the CLI as siteops and kubectl-siteops (a kubectl plugin) into GOBIN
 install: build
