@@ -71,7 +71,8 @@ func (w *StatusWriter) Write(ctx context.Context, df metav1.Object, old, next *d
 	}
 	body, err := json.Marshal(statusBody{
 		TypeMeta: metav1.TypeMeta{APIVersion: decov1.GroupVersion.String(), Kind: "Decofile"},
-		Metadata: metav1.ObjectMeta{Namespace: df.GetNamespace(), Name: df.GetName(), ResourceVersion: df.GetResourceVersion()},
+		// The UID too: the API server refuses the write to another object of the same name.
+		Metadata: metav1.ObjectMeta{Namespace: df.GetNamespace(), Name: df.GetName(), UID: df.GetUID(), ResourceVersion: df.GetResourceVersion()},
 		Status:   next,
 	})
 	if err != nil {
@@ -105,6 +106,11 @@ func (r *Reconciler) patchStatus(ctx context.Context, df *decov1.Decofile, next 
 			cur = &decov1.Decofile{}
 			if err := r.reader.Get(ctx, key, cur); err != nil {
 				return fmt.Errorf("get Decofile %s: %w", key, err)
+			}
+			if cur.UID != df.UID {
+				// Deleted and created again under the name: what was decided for the old one is
+				// not the new one's, which gets a reconcile of its own.
+				return nil
 			}
 		}
 		first = false

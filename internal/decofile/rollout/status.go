@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -122,11 +123,19 @@ func setCondition(d *decov1alpha1.Decofile, status metav1.ConditionStatus, reaso
 // the retry reads from the API server.
 func (r *Reconciler) patchStatus(ctx context.Context, key client.ObjectKey, mutate func(*decov1alpha1.Decofile) bool) error {
 	fresh := false
+	var uid types.UID
 	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		d, err := r.current(ctx, key, fresh)
 		fresh = true
 		if err != nil {
 			return client.IgnoreNotFound(err)
+		}
+		if uid == "" {
+			uid = d.UID
+		} else if d.UID != uid {
+			// Deleted and created again under the name since the first read: the change was
+			// decided for the old Decofile, and the new one gets a reconcile of its own.
+			return nil
 		}
 		old := d.Status.DeepCopy()
 		if !mutate(d) {
