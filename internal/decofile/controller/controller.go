@@ -35,6 +35,7 @@ import (
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/decofile/encode"
+	"github.com/siteops/siteops/internal/decofile/lastwrite"
 	"github.com/siteops/siteops/internal/decofile/source"
 	"github.com/siteops/siteops/internal/workload"
 )
@@ -133,9 +134,9 @@ type Reconciler struct {
 	// rejected remembers, per Decofile, the commit whose content failed for good at a
 	// generation, so polling does not download and report the same bad commit again.
 	rejected sync.Map // types.NamespacedName → rejectedCommit
-	// written remembers, per Decofile, the resourceVersion of this controller's last status
-	// write until the manager's cache has it (see read).
-	written sync.Map // types.NamespacedName → string
+	// written remembers, per Decofile, this controller's last status write, so read asks the
+	// API server for a version that has it.
+	written lastwrite.Tracker
 	// workloads lists the workloads injected with a Decofile, through reader.
 	workloads *workload.Lister
 	// retrievals holds a slot per delivery from a remote source (MaxConcurrentRetrievals).
@@ -256,7 +257,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	var df decov1.Decofile
 	if err := r.read(ctx, req.NamespacedName, &df); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.written.Delete(req.NamespacedName)
+			r.written.Forget(req.NamespacedName)
 			r.rejected.Delete(req.NamespacedName)
 			rawBytes.DeleteLabelValues(req.Namespace, req.Name)
 			storedBytes.DeleteLabelValues(req.Namespace, req.Name)

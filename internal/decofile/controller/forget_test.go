@@ -18,14 +18,14 @@ func TestDeletedDecofilesAreForgotten(t *testing.T) {
 	r := &Reconciler{client: c, reader: c}
 	key := types.NamespacedName{Namespace: "tenant-a", Name: "gone"}
 	r.rejected.Store(key, rejectedCommit{generation: 1, sha: "abc"})
-	r.written.Store(key, "42")
+	r.written.Wrote(key, "42")
 	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: key}); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := r.rejected.Load(key); ok {
 		t.Error("the rejected commit of a deleted Decofile is still remembered")
 	}
-	if _, ok := r.written.Load(key); ok {
+	if r.written.Len() != 0 {
 		t.Error("the last status write of a deleted Decofile is still remembered")
 	}
 }

@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
@@ -123,9 +122,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, df *decov1.Decofile, next 
 			want = &d.Status
 		}
 		rv, err := r.status.Write(ctx, cur, &cur.Status, want)
-		if rv != "" {
-			r.written.Store(key, rv)
-		}
+		r.written.Wrote(key, rv)
 		return err
 	})
 }
@@ -142,13 +139,8 @@ func (r *Reconciler) read(ctx context.Context, key types.NamespacedName, df *dec
 	if err := r.client.Get(ctx, key, &cached); err == nil {
 		rv = cached.ResourceVersion
 	}
-	if w, ok := r.written.Load(key); ok {
-		written := w.(string)
-		if newer, err := resourceversion.CompareResourceVersion(written, rv); err == nil && newer <= 0 {
-			r.written.CompareAndDelete(key, w) // the cache has the write
-		} else {
-			rv = written
-		}
+	if written, pending := r.written.Pending(key, rv); pending {
+		rv = written
 	}
 	if rv != "" {
 		err := r.reader.Get(ctx, key, df, &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: rv}})

@@ -31,6 +31,7 @@ import (
 	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/decofile/budget"
 	decofilecontroller "github.com/siteops/siteops/internal/decofile/controller"
+	"github.com/siteops/siteops/internal/decofile/lastwrite"
 	"github.com/siteops/siteops/internal/decofile/notify"
 )
 
@@ -89,9 +90,9 @@ type Reconciler struct {
 	memory *budget.Budget
 	// runners and the requeue channel: see runners.go.
 	runners runners
-	// written holds, per Decofile, the resourceVersion of this controller's last status write
-	// until the manager's cache is known to hold it (see current).
-	written sync.Map // client.ObjectKey → string
+	// written remembers, per Decofile, this controller's last status write, so current reads
+	// from the API server while the cache may not have it.
+	written lastwrite.Tracker
 }
 
 // failure remembers the failed rollouts of one content hash, for backoff.
@@ -210,12 +211,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if apierrors.IsNotFound(err) {
 			r.stopRunner(key)
 			r.forget(key)
-			r.written.Delete(req.NamespacedName)
+			r.written.Forget(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
 	}
-	r.written.CompareAndDelete(req.NamespacedName, df.ResourceVersion) // the cache has the last write
+	r.written.Pending(req.NamespacedName, df.ResourceVersion) // forgets the last write once the cache has it
 	if df.DeletionTimestamp != nil || !df.TargetOrDefault().Supported() {
 		// Being deleted, or served by another operator (tanstack-kv): its pods are not ours to notify.
 		r.stopRunner(key)

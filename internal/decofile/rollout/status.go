@@ -142,9 +142,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, key client.ObjectKey, muta
 			return nil
 		}
 		rv, err := r.status.Write(ctx, d, old, &d.Status) // its error names the Decofile
-		if rv != "" {
-			r.written.Store(key, rv)
-		}
+		r.written.Wrote(key, rv)
 		return err
 	})
 }
@@ -154,17 +152,15 @@ func (r *Reconciler) patchStatus(ctx context.Context, key client.ObjectKey, muta
 // then. A mutation deciding from a cache without its own last write could find nothing to do
 // (a step recorded on a rollout the cache does not show started yet) and write nothing.
 func (r *Reconciler) current(ctx context.Context, key client.ObjectKey, fresh bool) (*decov1alpha1.Decofile, error) {
-	rv, pending := r.written.Load(key)
 	if !fresh {
 		d := &decov1alpha1.Decofile{}
 		if err := r.client.Get(ctx, key, d); err != nil {
 			if apierrors.IsNotFound(err) {
-				r.written.Delete(key)
+				r.written.Forget(key)
 			}
 			return nil, err
 		}
-		if !pending || rv == d.ResourceVersion {
-			r.written.CompareAndDelete(key, d.ResourceVersion)
+		if _, pending := r.written.Pending(key, d.ResourceVersion); !pending {
 			return d, nil
 		}
 	}
@@ -172,8 +168,6 @@ func (r *Reconciler) current(ctx context.Context, key client.ObjectKey, fresh bo
 	if err := r.reader.Get(ctx, key, d); err != nil {
 		return nil, err
 	}
-	if pending {
-		r.written.CompareAndDelete(key, rv) // written before this read: the API server had it
-	}
+	r.written.Pending(key, d.ResourceVersion) // read after the write: forgets it
 	return d, nil
 }
