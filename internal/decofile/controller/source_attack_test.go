@@ -436,13 +436,23 @@ func TestHangingHostsOfTwoTenantsAsTenants(t *testing.T) {
 	if err := victim.Client.Create(context.Background(), gitDecofile(victim.Namespace, "site", healthyURL)); err != nil {
 		t.Fatal(err)
 	}
-	var most, samples int64
+	// A request the client gave up on is counted until the server notices the closed
+	// connection, which on a busy machine can trail the next request by a moment: a count
+	// counts once it held for three samples in a row (40 ms).
+	var most, samples, run, prev int64
 	until := time.Now().Add(sourceTimeout + 2*time.Second)
 	delivered := time.Duration(0)
 	start := time.Now()
 	for time.Now().Before(until) {
 		n := held.Load()
-		most = max(most, n)
+		if n == prev {
+			run++
+		} else {
+			run, prev = 1, n
+		}
+		if run >= 3 {
+			most = max(most, n)
+		}
 		samples++
 		if delivered == 0 && e.isReady(client.ObjectKey{Namespace: victim.Namespace, Name: "site"}) {
 			delivered = time.Since(start)
