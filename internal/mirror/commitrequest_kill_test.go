@@ -16,7 +16,6 @@ import (
 
 	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
 	"github.com/siteops/siteops/internal/mirror/gitwriter"
-	"github.com/siteops/siteops/internal/servers"
 	"github.com/siteops/siteops/internal/testenv"
 )
 
@@ -25,22 +24,8 @@ import (
 // reference-transaction hook holds the push's answer. The restarted manager finds the commit
 // by the request's trailer and reports it; the message is on the branch once.
 func TestCommitRequestKilledBetweenPushAndStatus(t *testing.T) {
-	c := testenv.APIServer(t)
-	bin, err := buildManager()
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := testenv.Redis(t, servers.RedisOptions{})
-	f := newFixture(t, c)
-	dir := t.TempDir()
-	kubeconfig := c.KubeConfigFile(t, dir)
-	logPath := filepath.Join(dir, "manager.log")
-	defer func() {
-		if t.Failed() {
-			out, _ := os.ReadFile(logPath)
-			t.Logf("manager log:\n%s", tail(string(out), 4000))
-		}
-	}()
+	e := newProcessEnv(t)
+	c, f, dir, logPath := e.c, e.f, e.dir, e.log
 	// Once armed, the hook lets the branch move and then holds the push's answer, so the
 	// manager is killed with its commit on the remote and no word of it.
 	armed, received := filepath.Join(dir, "armed"), filepath.Join(dir, "received")
@@ -49,7 +34,7 @@ func TestCommitRequestKilledBetweenPushAndStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	proc := startManagerProcess(t, bin, kubeconfig, srv.Addr, logPath)
+	proc := e.start(t)
 	// A long window: the ConfigMap stays pending until the request closes it.
 	f.target(t, "t", "live", 10*time.Minute, "")
 	f.watchRule(t, "cms", "t", cmRule())
@@ -92,7 +77,7 @@ func TestCommitRequestKilledBetweenPushAndStatus(t *testing.T) {
 		t.Fatalf("after the kill, Committed = %+v; want the Committing mark written before the push", cond)
 	}
 
-	startManagerProcess(t, bin, kubeconfig, srv.Addr, logPath)
+	e.start(t)
 	testenv.Eventually(t, 60*time.Second, func() error {
 		if err := c.Client.Get(ctx, client.ObjectKeyFromObject(cr), cr); err != nil {
 			return err

@@ -77,24 +77,45 @@ func (p *managerProcess) kill9(t *testing.T) {
 	_ = p.cmd.Wait()
 }
 
-func TestCrashLosesNothing(t *testing.T) {
+// processEnv is what the tests running the manager as a process share: an API server, Redis,
+// a namespace with a GitProvider on a git remote, the manager binary and the log file all its
+// runs append to, shown when the test fails.
+type processEnv struct {
+	c                    *testenv.Cluster
+	f                    *fixture
+	redis                *servers.Process
+	bin, dir, kubeconfig string
+	log                  string
+}
+
+func newProcessEnv(t *testing.T) *processEnv {
+	t.Helper()
 	c := testenv.APIServer(t)
 	bin, err := buildManager()
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := testenv.Redis(t, servers.RedisOptions{})
-	f := newFixture(t, c)
-	dir := t.TempDir()
-	kubeconfig := c.KubeConfigFile(t, dir)
-	logPath := filepath.Join(dir, "manager.log")
-	defer func() {
+	e := &processEnv{c: c, bin: bin, redis: testenv.Redis(t, servers.RedisOptions{}), f: newFixture(t, c), dir: t.TempDir()}
+	e.kubeconfig = c.KubeConfigFile(t, e.dir)
+	e.log = filepath.Join(e.dir, "manager.log")
+	t.Cleanup(func() {
 		if t.Failed() {
-			out, _ := os.ReadFile(logPath)
+			out, _ := os.ReadFile(e.log)
 			t.Logf("manager log:\n%s", tail(string(out), 4000))
 		}
-	}()
-	proc := startManagerProcess(t, bin, kubeconfig, srv.Addr, logPath)
+	})
+	return e
+}
+
+// start runs a manager process of the mirror part.
+func (e *processEnv) start(t *testing.T) *managerProcess {
+	return startManagerProcess(t, e.bin, e.kubeconfig, e.redis.Addr, e.log)
+}
+
+func TestCrashLosesNothing(t *testing.T) {
+	e := newProcessEnv(t)
+	c, f, logPath := e.c, e.f, e.log
+	proc := e.start(t)
 	// A long window keeps events pending (received, not pushed) at almost any moment of the kill.
 	f.target(t, "t", "live", 2*time.Second, "")
 	f.watchRule(t, "cms", "t", cmRule())
@@ -165,7 +186,7 @@ func TestCrashLosesNothing(t *testing.T) {
 	if err := <-writerDone; err != nil {
 		t.Fatal(err)
 	}
-	startManagerProcess(t, bin, kubeconfig, srv.Addr, logPath)
+	e.start(t)
 	t.Logf("%d changes written, manager killed after %d", writes.Load(), killedAt)
 	// The restarted manager resumed from the cursor the killed one recorded after its last push.
 	testenv.Eventually(t, 10*time.Second, func() error {

@@ -65,19 +65,25 @@ type commandOutcome struct {
 func (w *Writer) CloseWindow(ctx context.Context, cmd Command) (CommandResult, error) {
 	cmd.Path = cleanDir(cmd.Path)
 	req := commandRequest{cmd: cmd, done: make(chan commandOutcome, 1)}
+	// When ctx ends first, the writer still finishes the commit; the caller only stops waiting.
+	return ask(ctx, w, w.commands, req, req.done, "the commit")
+}
+
+// ask hands req to Run on ch and waits for its outcome on done; what names what is awaited in
+// the error when ctx ends first.
+func ask[R any](ctx context.Context, w *Writer, ch chan<- R, req R, done <-chan commandOutcome, what string) (CommandResult, error) {
 	select {
-	case w.commands <- req:
+	case ch <- req:
 	case <-w.stopped:
 		return CommandResult{}, ErrWriterStopped
 	case <-ctx.Done():
 		return CommandResult{}, fmt.Errorf("wait for the git writer of %s: %w", w.name, ctx.Err())
 	}
 	select {
-	case out := <-req.done:
+	case out := <-done:
 		return out.res, out.err
 	case <-ctx.Done():
-		// The writer still finishes the commit; the caller only stops waiting for it.
-		return CommandResult{}, fmt.Errorf("wait for the commit on %s: %w", w.name, ctx.Err())
+		return CommandResult{}, fmt.Errorf("wait for %s on %s: %w", what, w.name, ctx.Err())
 	}
 }
 

@@ -66,7 +66,7 @@ func (w *Writer) openRemote(ctx context.Context) bool {
 				metrics.CommandsRefused.Inc()
 				req.done <- commandOutcome{err: fmt.Errorf("%w: %w", ErrRemoteUnavailable, lastErr)}
 			case req := <-finds:
-				req.done <- findOutcome{err: fmt.Errorf("%w: %w", ErrRemoteUnavailable, lastErr)}
+				req.done <- commandOutcome{err: fmt.Errorf("%w: %w", ErrRemoteUnavailable, lastErr)}
 			case <-ctx.Done():
 				if result != nil {
 					// The attempt's exchange ends with ctx; wait so it no longer touches the writer.

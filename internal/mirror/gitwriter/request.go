@@ -22,12 +22,7 @@ const RequestSearchDepth = 100
 
 type findRequest struct {
 	request string
-	done    chan findOutcome
-}
-
-type findOutcome struct {
-	res CommandResult
-	err error
+	done    chan commandOutcome
 }
 
 // trailer is the command's Commit-Request trailer line, or "" without a request.
@@ -43,20 +38,8 @@ func (c *Command) trailer() string {
 // no such commit is among them. It fetches that history into a store of its own, within the
 // writer's fetch bounds, and leaves the writer's alone.
 func (w *Writer) FindRequest(ctx context.Context, request string) (CommandResult, error) {
-	req := findRequest{request: request, done: make(chan findOutcome, 1)}
-	select {
-	case w.finds <- req:
-	case <-w.stopped:
-		return CommandResult{}, ErrWriterStopped
-	case <-ctx.Done():
-		return CommandResult{}, fmt.Errorf("wait for the git writer of %s: %w", w.name, ctx.Err())
-	}
-	select {
-	case out := <-req.done:
-		return out.res, out.err
-	case <-ctx.Done():
-		return CommandResult{}, fmt.Errorf("wait for the history of %s: %w", w.name, ctx.Err())
-	}
+	req := findRequest{request: request, done: make(chan commandOutcome, 1)}
+	return ask(ctx, w, w.finds, req, req.done, "the history")
 }
 
 // findRequest serves FindRequest on the writer's goroutine.

@@ -372,7 +372,7 @@ func (w *Writer) Run(ctx context.Context) error {
 			req.done <- commandOutcome{res, err}
 		case req := <-w.finds:
 			res, err := w.findRequest(ctx, req.request)
-			req.done <- findOutcome{res, err}
+			req.done <- commandOutcome{res, err}
 		}
 	}
 }
