@@ -13,7 +13,7 @@ import (
 
 // The short profile is what `go test ./...` runs; `make soak` passes the hour-long one.
 var (
-	flagDuration = flag.Duration("soak.duration", 2*time.Minute, "how long load and faults run")
+	flagDuration = flag.Duration("soak.duration", 3*time.Minute, "how long load and faults run")
 	flagSeed     = flag.Uint64("soak.seed", 20261202, "seed of the fault schedule and the load; the same seed replays the same schedule")
 	flagTenants  = flag.Int("soak.tenants", 4, "tenant namespaces, each with a Decofile, 2 site pods and a cache probe pod")
 	flagGap      = flag.Duration("soak.fault-gap", 16*time.Second, "time between two faults (each fault lands in the first half of its slot)")
