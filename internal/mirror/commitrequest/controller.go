@@ -213,10 +213,12 @@ func (r *Reconciler) cond(cr *mirrorv1alpha1.CommitRequest, s *mirrorv1alpha1.Co
 	}
 }
 
-// setStatus patches the status with optimistic locking, retrying on conflict, and writes
-// nothing when nothing changed.
+// setStatus patches the status with optimistic locking, retrying on conflict from the API
+// server's copy, and writes nothing when nothing changed or the request was replaced by another
+// of its name.
 func (r *Reconciler) setStatus(ctx context.Context, cr *mirrorv1alpha1.CommitRequest, mutate func(*mirrorv1alpha1.CommitRequestStatus)) error {
 	first := true
+	uid := cr.UID
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if !first {
 			reader := r.Reader
@@ -225,6 +227,9 @@ func (r *Reconciler) setStatus(ctx context.Context, cr *mirrorv1alpha1.CommitReq
 			}
 			if err := reader.Get(ctx, client.ObjectKeyFromObject(cr), cr); err != nil {
 				return client.IgnoreNotFound(err)
+			}
+			if cr.UID != uid {
+				return nil // another request of the same name: not this outcome's
 			}
 		}
 		first = false
