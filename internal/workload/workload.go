@@ -105,12 +105,17 @@ func Restart(ctx context.Context, c client.Writer, w client.Object, key, value s
 // Name is kind/name as kubectl names a workload: deployment/shop, statefulset/shop,
 // service.serving.knative.dev/shop.
 func Name(w client.Object) string {
+	return strings.ToLower(Kind(w)) + "/" + w.GetName()
+}
+
+// Kind is w's kind, with its group unless core or apps: Deployment, StatefulSet,
+// Service.serving.knative.dev.
+func Kind(w client.Object) string {
 	gvk := w.GetObjectKind().GroupVersionKind()
-	kind := strings.ToLower(gvk.Kind)
 	if gvk.Group != "" && gvk.Group != "apps" {
-		kind += "." + gvk.Group
+		return gvk.Kind + "." + gvk.Group
 	}
-	return kind + "/" + w.GetName()
+	return gvk.Kind
 }
 
 // Plural is the kind's name in messages: Deployments, StatefulSets, Knative Services.

@@ -115,13 +115,9 @@ func (r *Roller) Pending(ctx context.Context, namespace, rev string) ([]Workload
 	return pending, nil
 }
 
-// workloadOf names w as Workload: its kind, with the group for Knative Services.
+// workloadOf names w as Workload.
 func workloadOf(w *unstructured.Unstructured) Workload {
-	kind := w.GetKind()
-	if g := w.GroupVersionKind().Group; g != "" && g != "apps" {
-		kind += "." + g
-	}
-	return Workload{Kind: kind, Name: w.GetName()}
+	return Workload{Kind: workload.Kind(w), Name: w.GetName()}
 }
 
 // rolledOut reports whether w's controller has every replica on its current template.
