@@ -188,8 +188,7 @@ func changePredicate() predicate.Predicate {
 			return o.Generation != n.Generation ||
 				o.Status.ContentHash != n.Status.ContentHash ||
 				o.Status.NotifiedHash != n.Status.NotifiedHash ||
-				o.Status.Timestamp != n.Status.Timestamp ||
-				readyStatus(o) != readyStatus(n)
+				o.Status.Timestamp != n.Status.Timestamp
 		},
 	}
 }
@@ -236,8 +235,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return meta.RemoveStatusCondition(&d.Status.Conditions, decov1alpha1.ConditionPodsNotified)
 		})
 	}
+	// Gated on the stored content, not on Ready: a source that is down (Ready=False) leaves the
+	// content stored before it, and pods that missed it are still retried.
 	hash := df.Status.ContentHash
-	if readyStatus(&df) != metav1.ConditionTrue || hash == "" || hash == df.Status.NotifiedHash {
+	if hash == "" || hash == df.Status.NotifiedHash {
 		if hash != "" && hash == df.Status.NotifiedHash {
 			r.forget(key)
 			if err := r.keepLastGood(ctx, &df); err != nil {

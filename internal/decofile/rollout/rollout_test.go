@@ -475,6 +475,41 @@ func TestFailingPodIsRetriedUntilItRecovers(t *testing.T) {
 	}
 }
 
+// TestSourceDownStillRetriesPods: content is stored, a pod misses it, and then the source goes
+// down (Ready=False): the rollout is gated on the stored content, not on Ready, so the pod gets
+// it once it recovers.
+func TestSourceDownStillRetriesPods(t *testing.T) {
+	e := newEnv(t, rollout.Options{Notify: notify.Config{Attempts: 1}})
+	df := e.decofile("outage", false)
+	var broken atomic.Bool
+	broken.Store(true)
+	e.sitePod("outage-a", podOpts{labels: labelled(df)})
+	bad := e.sitePod("outage-b", podOpts{labels: labelled(df), wrap: func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if broken.Load() {
+				http.Error(w, "starting", http.StatusServiceUnavailable)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	}})
+	content := []byte(`{"posts":{"count":4}}`)
+	commit := "2222222222222222222222222222222222222222"
+	e.store(df, content, commit, 1731600100, false)
+	e.podsNotified(df, metav1.ConditionFalse, "Failed to notify pods for commit:"+commit+": 1 of 2 pods failed", 20*time.Second)
+
+	// The source goes down: the delivery says so in Ready, the stored content stays.
+	e.updateStatus(df, func(d *decov1alpha1.Decofile) {
+		meta.SetStatusCondition(&d.Status.Conditions, metav1.Condition{Type: decov1alpha1.ConditionReady, Status: metav1.ConditionFalse,
+			Reason: "SourceUnavailable", Message: "the git host does not answer", ObservedGeneration: d.Generation})
+	})
+	broken.Store(false)
+	got := e.podsNotified(df, metav1.ConditionTrue, "Successfully notified all pods for commit:"+commit, 20*time.Second)
+	if got.Status.NotifiedHash != encode.Hash(content) || bad.rt.Current().Hash != encode.Hash(content) {
+		t.Fatalf("notifiedHash %q, the recovered pod holds %q; want the stored content", got.Status.NotifiedHash, bad.rt.Current().Hash)
+	}
+}
+
 func TestPodDeletedMidRolloutAndWrongToken(t *testing.T) {
 	t.Run("deleted mid-rollout", func(t *testing.T) {
 		e := newEnv(t, rollout.Options{Notify: notify.Config{Concurrency: 1}})
