@@ -29,6 +29,7 @@ import (
 	"github.com/siteops/siteops/internal/tenant/acl"
 	"github.com/siteops/siteops/internal/tenant/provision"
 	"github.com/siteops/siteops/internal/tenant/rollout"
+	"github.com/siteops/siteops/internal/workload"
 )
 
 // traceOptions are the flags of `siteops trace`.
@@ -326,7 +327,7 @@ func rotationLink(ctx context.Context, c client.Reader, ns string, since time.Ti
 		return inspect.RotationLink(nil, since, fmt.Errorf("Secret %s: %s", decov1.ValkeyACLSecretName, readProblem(err)))
 	}
 	rev := provision.Revision(acl.User{Name: string(s.Data[decov1.ValkeyACLUsernameKey]), Password: string(s.Data[decov1.ValkeyACLPasswordKey])})
-	pending, err := (&rollout.Roller{Reader: c}).Pending(ctx, ns, rev)
+	pending, err := (&rollout.Roller{Workloads: workload.Lister{Reader: c}}).Pending(ctx, ns, rev)
 	if apierrors.IsForbidden(err) {
 		err = errors.New(readProblem(err))
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/siteops/siteops/internal/tenant/provision"
 	"github.com/siteops/siteops/internal/tenant/resync"
 	"github.com/siteops/siteops/internal/tenant/rollout"
+	"github.com/siteops/siteops/internal/workload"
 )
 
 // Environment variables read when the matching flag is not given.
@@ -356,7 +357,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		Reader:              mgr.GetAPIReader(),
 		Nodes:               nodes,
 		Prover:              prover,
-		Roller:              &rollout.Roller{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient()},
+		Roller:              &rollout.Roller{Workloads: workload.Lister{Reader: mgr.GetAPIReader()}, Writer: mgr.GetClient()},
 		Events:              events,
 		ReservedUsers:       o.Reserved(),
 		ReservedKeyPrefixes: o.ReservedPrefixes(),

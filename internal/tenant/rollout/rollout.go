@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -37,14 +36,11 @@ func (w Workload) String() string { return w.Kind + "/" + w.Name }
 
 // Roller patches and inspects workloads.
 type Roller struct {
-	// Reader lists workloads; an uncached reader keeps the operator from caching every
-	// Deployment in the cluster.
-	Reader client.Reader
+	// Workloads lists workloads; its Reader should be uncached, so the operator does not cache
+	// every Deployment in the cluster.
+	Workloads workload.Lister
 	// Writer patches workloads.
 	Writer client.Client
-
-	once   sync.Once
-	lister *workload.Lister
 }
 
 // Injected reports whether a workload asks for the tenant Secret: through a Decofile injection
@@ -60,8 +56,7 @@ func Injected(objAnnotations, templateAnnotations map[string]string) bool {
 
 // injected lists the workloads of namespace that ask for the tenant Secret.
 func (r *Roller) injected(ctx context.Context, namespace string) ([]unstructured.Unstructured, error) {
-	r.once.Do(func() { r.lister = &workload.Lister{Reader: r.Reader} })
-	all, err := r.lister.List(ctx, namespace)
+	all, err := r.Workloads.List(ctx, namespace)
 	if err != nil {
 		return nil, err
 	}

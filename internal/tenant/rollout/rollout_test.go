@@ -14,6 +14,7 @@ import (
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/servers"
 	"github.com/siteops/siteops/internal/testenv"
+	"github.com/siteops/siteops/internal/workload"
 )
 
 // This package's API server has no Knative CRD: the roller must work without Knative.
@@ -107,7 +108,7 @@ func TestRollWithoutKnative(t *testing.T) {
 	}
 	injected := mk("site", map[string]string{decov1.AnnotationInject: "true"})
 	other := mk("other", nil)
-	r := &Roller{Reader: c.Client, Writer: c.Client}
+	r := &Roller{Workloads: workload.Lister{Reader: c.Client}, Writer: c.Client}
 	patched, err := r.Roll(ctx, ns, "rev1")
 	if err != nil {
 		t.Fatalf("Roll without Knative installed: %v", err)
