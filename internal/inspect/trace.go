@@ -14,6 +14,7 @@ import (
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	mirrorv1 "github.com/siteops/siteops/api/mirror/v1alpha1"
 	"github.com/siteops/siteops/internal/decofile/inject"
+	"github.com/siteops/siteops/internal/decofile/sources"
 	"github.com/siteops/siteops/internal/mirror/sanitize"
 )
 
@@ -101,19 +102,7 @@ func DecofileTrace(d *decov1.Decofile, cm *corev1.ConfigMap, pod string) []Link 
 }
 
 // sourceText names where a Decofile's content comes from.
-func sourceText(d *decov1.Decofile) string {
-	switch {
-	case d.Spec.Source == decov1.SourceGit && d.Spec.Git != nil:
-		g := d.Spec.Git
-		return strings.TrimSpace(fmt.Sprintf("git %s ref %s %s", g.URL, g.Ref, g.Path))
-	case d.Spec.Source == decov1.SourceGitHub && d.Spec.GitHub != nil:
-		g := d.Spec.GitHub
-		return strings.TrimSpace(fmt.Sprintf("github %s/%s at %s %s", g.Org, g.Repo, g.Commit, g.Path))
-	case d.Spec.Source == decov1.SourceInline && d.Spec.Inline != nil:
-		return fmt.Sprintf("inline, %d blocks", len(d.Spec.Inline.Value))
-	}
-	return string(d.Spec.Source)
-}
+func sourceText(d *decov1.Decofile) string { return sources.Describing.Describe(d) }
 
 // podsLink is what the pods confirmed of the current content.
 func podsLink(d *decov1.Decofile, pod string) Link {

@@ -230,3 +230,14 @@ func (c *Cluster) KubeConfigFile(t testing.TB, dir string) string {
 	}
 	return path
 }
+
+// Registry starts an OCI registry on loopback for this test.
+func Registry(t testing.TB, o servers.RegistryOptions) *servers.Registry {
+	t.Helper()
+	r, err := servers.StartRegistry(context.Background(), o)
+	if err != nil {
+		t.Fatalf("start OCI registry: %v", err)
+	}
+	t.Cleanup(func() { _ = r.Stop() })
+	return r
+}

@@ -163,7 +163,10 @@ type RolloutCheck struct {
 }
 
 // DecofileSpec is the desired content of a site's Decofile and how it is delivered.
-// +kubebuilder:validation:XValidation:rule="(self.source == 'inline') == has(self.inline) && (self.source == 'github') == has(self.github) && (self.source == 'git') == has(self.git)",message="exactly the block named by spec.source (inline, github or git) must be set"
+// Exactly the block named by spec.source is set: one rule per source kind.
+// +kubebuilder:validation:XValidation:rule="(self.source == 'inline') == has(self.inline)",message="exactly the block named by spec.source must be set: spec.inline goes with source inline"
+// +kubebuilder:validation:XValidation:rule="(self.source == 'github') == has(self.github)",message="exactly the block named by spec.source must be set: spec.github goes with source github"
+// +kubebuilder:validation:XValidation:rule="(self.source == 'git') == has(self.git)",message="exactly the block named by spec.source must be set: spec.git goes with source git"
 // +kubebuilder:validation:XValidation:rule="!has(self.target) || self.target != 'tanstack-kv' || (has(self.tanstackKV) && self.source == 'github')",message="spec.target tanstack-kv needs spec.tanstackKV and spec.source github"
 type DecofileSpec struct {
 	// Source selects which of inline, github or git provides the content.
@@ -302,6 +305,24 @@ type StoredContent struct {
 	// GitHubCommit the content was read from (git and github sources).
 	// +optional
 	GitHubCommit string `json:"githubCommit,omitempty"`
+	// Revision of the source the content was read from (see Artifact.Revision).
+	// +optional
+	Revision string `json:"revision,omitempty"`
+}
+
+// Artifact describes the stored content the same way for every source kind.
+type Artifact struct {
+	// Revision is the source's name for the version: a commit SHA (github, git),
+	// empty for inline content, which has no revision but its digest.
+	// +optional
+	Revision string `json:"revision,omitempty"`
+	// Digest is sha256:<hex> of the merged JSON.
+	Digest string `json:"digest"`
+	// Size is the size of the merged JSON in bytes.
+	Size int64 `json:"size"`
+	// LastUpdateTime is when the stored content last changed.
+	// +optional
+	LastUpdateTime *metav1.Time `json:"lastUpdateTime,omitempty"`
 }
 
 // DecofileStatus is the observed state of a Decofile.
@@ -320,9 +341,13 @@ type DecofileStatus struct {
 	// SourceType is the source the stored content came from.
 	// +optional
 	SourceType SourceType `json:"sourceType,omitempty"`
-	// GitHubCommit is the commit SHA the stored content was read from (github and git sources).
+	// GitHubCommit is the commit SHA the stored content was read from (github and git sources),
+	// kept for clients of v0.11; Artifact.Revision names it for every kind.
 	// +optional
 	GitHubCommit string `json:"githubCommit,omitempty"`
+	// Artifact describes the stored content for every source kind.
+	// +optional
+	Artifact *Artifact `json:"artifact,omitempty"`
 	// ShortCommit is the first 7 characters of GitHubCommit, for display.
 	// +optional
 	ShortCommit string `json:"shortCommit,omitempty"`
@@ -417,6 +442,7 @@ type RolloutRecord struct {
 // +kubebuilder:printcolumn:name="Source",type=string,JSONPath=`.spec.source`
 // +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.spec.target`
 // +kubebuilder:printcolumn:name="Commit",type=string,JSONPath=`.status.shortCommit`
+// +kubebuilder:printcolumn:name="Revision",type=string,priority=1,JSONPath=`.status.artifact.revision`
 // +kubebuilder:printcolumn:name="Format",type=string,JSONPath=`.status.format`
 // +kubebuilder:printcolumn:name="Size",type=integer,JSONPath=`.status.storedBytes`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
@@ -488,10 +514,44 @@ func (d *Decofile) S3ObjectKey(prefix string) string {
 }
 
 // RolloutID names a content version the way PodsNotified messages and `decofile wait` do:
-// commit:<sha> for git and github sources, timestamp:<ts> for inline content.
+// commit:<sha> for git and github sources, revision:<revision> for other kinds with revisions,
+// timestamp:<ts> for inline content.
 func RolloutID(status *DecofileStatus) string {
 	if status.GitHubCommit != "" && status.SourceType != SourceInline {
 		return "commit:" + status.GitHubCommit
 	}
+	if rev := status.Revision(); rev != "" {
+		return "revision:" + rev
+	}
 	return "timestamp:" + strconv.FormatInt(status.Timestamp, 10)
+}
+
+// Revision is the source revision of the stored content: status.artifact.revision, or for a
+// status written before artifacts (v0.11) its githubCommit.
+func (s *DecofileStatus) Revision() string {
+	if s.Artifact != nil {
+		return s.Artifact.Revision
+	}
+	if s.SourceType != SourceInline {
+		return s.GitHubCommit
+	}
+	return ""
+}
+
+// StoredArtifact describes the content s says is stored, read from revision; nil when nothing
+// is stored.
+func StoredArtifact(s *DecofileStatus, revision string) *Artifact {
+	if s.ContentHash == "" {
+		return nil
+	}
+	return &Artifact{Revision: revision, Digest: "sha256:" + s.ContentHash, Size: s.RawBytes, LastUpdateTime: s.LastUpdated}
+}
+
+// SourceRevision is the source revision the kept content was read from; for a record written
+// before revisions, its githubCommit.
+func (c *StoredContent) SourceRevision() string {
+	if c.Revision != "" || c.SourceType == SourceInline {
+		return c.Revision
+	}
+	return c.GitHubCommit
 }

@@ -15,6 +15,7 @@ import (
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/decofile/encode"
+	"github.com/siteops/siteops/internal/decofile/sources"
 	"github.com/siteops/siteops/internal/testenv"
 )
 
@@ -51,7 +52,7 @@ func TestConfigMapTheCacheHasNotSeen(t *testing.T) {
 	ctx := context.Background()
 	ns := c.Namespace(t, "cm-cache", nil)
 	reads := &configMapReads{Reader: c.Client}
-	r := &Reconciler{client: cacheWithoutConfigMaps{c.Client}, reader: reads, now: time.Now, memory: newMemory(64 << 20)}
+	r := &Reconciler{client: cacheWithoutConfigMaps{c.Client}, reader: reads, now: time.Now, memory: newMemory(64 << 20), sources: sources.Describing}
 	content := `{"title":"Home"}`
 
 	newDecofile := func(name string) *decov1.Decofile {
@@ -124,7 +125,7 @@ func TestBusyRetrievalReadsNothing(t *testing.T) {
 	ctx := context.Background()
 	ns := c.Namespace(t, "busy-slots", nil)
 	reads := &configMapReads{Reader: c.Client}
-	r := &Reconciler{client: c.Client, reader: reads, now: time.Now, memory: newMemory(64 << 20), retrievals: make(chan struct{}, 1)}
+	r := &Reconciler{client: c.Client, reader: reads, now: time.Now, memory: newMemory(64 << 20), retrievals: make(chan struct{}, 1), sources: sources.Describing}
 	r.retrievals <- struct{}{} // a hanging retrieval holds the only slot
 
 	remote := &decov1.Decofile{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "remote"}, Spec: decov1.DecofileSpec{

@@ -37,6 +37,8 @@ import (
 	"github.com/siteops/siteops/internal/decofile/encode"
 	"github.com/siteops/siteops/internal/decofile/lastwrite"
 	"github.com/siteops/siteops/internal/decofile/source"
+	"github.com/siteops/siteops/internal/decofile/sources"
+	"github.com/siteops/siteops/internal/decofile/sources/kind"
 	"github.com/siteops/siteops/internal/workload"
 )
 
@@ -139,6 +141,8 @@ type Reconciler struct {
 	written lastwrite.Tracker
 	// workloads lists the workloads injected with a Decofile, through reader.
 	workloads *workload.Lister
+	// sources resolves and downloads each kind of spec.source.
+	sources *sources.Registry
 	// retrievals holds a slot per delivery from a remote source (MaxConcurrentRetrievals).
 	retrievals chan struct{}
 	// memory bounds the content and compressors of the deliveries in flight (MemoryBytes).
@@ -198,6 +202,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		recorder:   mgr.GetEventRecorder("siteops-decofile"),
 		opts:       o,
 		now:        time.Now,
+		sources:    sources.New(sourceEnv(mgr.GetAPIReader(), o)),
 		retrievals: make(chan struct{}, o.MaxConcurrentRetrievals),
 		memory:     newMemory(o.MemoryBytes),
 	}
@@ -378,22 +383,36 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{}, nil
 }
 
-// pollInterval is how often the Decofile's ref is re-resolved: spec.interval for a branch or
-// tag, never for inline content or a commit SHA.
-func pollInterval(df *decov1.Decofile) time.Duration {
-	var ref string
-	switch {
-	case df.Spec.Source == decov1.SourceGitHub && df.Spec.GitHub != nil:
-		ref = df.Spec.GitHub.Commit
-	case df.Spec.Source == decov1.SourceGit && df.Spec.Git != nil:
-		ref = df.Spec.Git.Ref
-		if ref == "" {
-			ref = "main"
-		}
-	default:
-		return 0
+// sourceEnv is what the source kinds reach their remotes with: the kinds without a fetcher of
+// their own are bounded like git (the --source-* and --decofile-max-* flags set both).
+func sourceEnv(secrets client.Reader, o Options) kind.Env {
+	g := o.Git
+	return kind.Env{
+		Secrets: secrets,
+		GitHub:  o.GitHub, Tokens: o.Tokens, Git: g,
+		Limits: g.Limits, Egress: g.Egress, Timeout: g.Timeout, Gate: g.Gate, TempDir: g.TempDir,
 	}
-	if source.IsCommitSHA(ref) {
+}
+
+// recordRevision records the source kind and revision of content just stored: githubCommit
+// too when the revision is a commit, for clients of v0.11.
+func recordRevision(next *decov1.DecofileStatus, t decov1.SourceType, revision string) {
+	next.SourceType = t
+	commit := ""
+	if source.IsCommitSHA(revision) {
+		commit = revision
+	}
+	next.GitHubCommit, next.ShortCommit = commit, short(commit)
+	if next.Artifact == nil {
+		next.Artifact = &decov1.Artifact{}
+	}
+	next.Artifact.Revision = revision
+}
+
+// pollInterval is how often the Decofile's reference is resolved again: spec.interval for one
+// that moves (a branch or tag), never for inline content or a pinned revision.
+func pollInterval(df *decov1.Decofile) time.Duration {
+	if !sources.Describing.Moves(df) {
 		return 0
 	}
 	if df.Spec.Interval != nil && df.Spec.Interval.Duration > 0 {
@@ -477,7 +496,7 @@ func (r *Reconciler) deliverConfigMap(ctx context.Context, df *decov1.Decofile, 
 // (inline content needs none). It never waits: a worker waiting for a slot would be a worker
 // that inline Decofiles and other tenants cannot have while a slow remote holds every slot.
 func (r *Reconciler) takeRetrieval(df *decov1.Decofile) (release func(), ok bool) {
-	if df.Spec.Source == decov1.SourceInline {
+	if !r.sources.Remote(df) {
 		return func() {}, true
 	}
 	select {
@@ -504,8 +523,7 @@ func (r *Reconciler) store(ctx context.Context, df *decov1.Decofile, next *decov
 	// Source and commit are recorded only with content stored from them: after a failure,
 	// sourceType and githubCommit still describe the content pods have.
 	succeeded := func(changed bool) outcome {
-		next.SourceType = df.Spec.Source
-		next.GitHubCommit, next.ShortCommit = commit, short(commit)
+		recordRevision(next, df.Spec.Source, commit)
 		// Also when nothing was written: after a flip back from s3 the status names the
 		// ConfigMap again.
 		next.ConfigMapName = df.ConfigMapName()

@@ -34,6 +34,9 @@ func TestGitSourcePicksUpPushes(t *testing.T) {
 	if df.Status.GitHubCommit != first || df.Status.SourceType != decov1.SourceGit {
 		t.Fatalf("status %+v, want commit %s", df.Status, first)
 	}
+	if a := df.Status.Artifact; a == nil || a.Revision != first || a.Digest != "sha256:"+df.Status.ContentHash || a.Size != df.Status.RawBytes {
+		t.Fatalf("artifact %+v, want revision %s with the stored content's digest and size", a, first)
+	}
 	if got := e.configMap(t, ns, "site").Data[decov1.KeyJSON]; got != `{"Home Page":{"v":1}}` {
 		t.Fatalf("decofile.json %s", got)
 	}

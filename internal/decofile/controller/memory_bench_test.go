@@ -15,6 +15,7 @@ import (
 	"github.com/siteops/siteops/internal/decofile/encode"
 	"github.com/siteops/siteops/internal/decofile/encode/sample"
 	"github.com/siteops/siteops/internal/decofile/source"
+	"github.com/siteops/siteops/internal/decofile/sources"
 	"github.com/siteops/siteops/internal/testenv/peakmem"
 )
 
@@ -112,6 +113,7 @@ func benchReconciler(memBytes, contentLimit int64) *Reconciler {
 		opts:       Options{GitHub: &source.GitHub{Limits: source.Limits{DecompressedBytes: contentLimit}}, MaxConcurrentReconciles: DefaultMaxConcurrentReconciles},
 		retrievals: make(chan struct{}, DefaultMaxConcurrentRetrievals),
 		memory:     newMemory(memBytes),
+		sources:    sources.Describing,
 	}
 }
 

@@ -45,8 +45,7 @@ func (r *Reconciler) deliverS3(ctx context.Context, df *decov1.Decofile, next *d
 		return out
 	}
 	succeeded := func(changed bool) outcome {
-		next.SourceType = df.Spec.Source
-		next.GitHubCommit, next.ShortCommit = commit, short(commit)
+		recordRevision(next, df.Spec.Source, commit)
 		msg := fmt.Sprintf("uploaded %d bytes of JSON to %s (%s), timestamp %d", next.RawBytes, store.Describe(df), next.S3URL, next.Timestamp)
 		if next.GitHubCommit != "" {
 			msg += ", commit " + next.GitHubCommit

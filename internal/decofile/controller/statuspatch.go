@@ -164,6 +164,7 @@ func apply(s, next *decov1.DecofileStatus) {
 	s.RawBytes, s.StoredBytes = next.RawBytes, next.StoredBytes
 	s.Timestamp = next.Timestamp
 	s.LastUpdated = next.LastUpdated
+	s.Artifact = decov1.StoredArtifact(next, next.Revision())
 	s.LastHandledReconcileAt = next.LastHandledReconcileAt
 	for _, t := range []string{decov1.ConditionReady, decov1.ConditionReconciling, decov1.ConditionStalled} {
 		if c := meta.FindStatusCondition(next.Conditions, t); c != nil {

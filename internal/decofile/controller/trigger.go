@@ -14,11 +14,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
-	"github.com/siteops/siteops/internal/decofile/push"
+	"github.com/siteops/siteops/internal/decofile/sources"
 )
 
 // IndexSourceRef indexes Decofiles by the repository and branch or tag they follow
-// (push.DecofileKeys), so a push finds its Decofiles without listing every one.
+// (each source kind's Keys), so a push finds its Decofiles without listing every one.
 const IndexSourceRef = "deco.sites/source-ref"
 
 // DefaultPushMaxPerNamespace is how many Decofiles of one namespace one push reconciles at once.
@@ -45,7 +45,7 @@ type PushTrigger struct {
 // DefaultPushMaxPerNamespace.
 func NewPushTrigger(ctx context.Context, mgr manager.Manager, maxPerNamespace int) (*PushTrigger, error) {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &decov1.Decofile{}, IndexSourceRef, func(o client.Object) []string {
-		return push.DecofileKeys(o.(*decov1.Decofile))
+		return sources.Describing.Keys(o.(*decov1.Decofile))
 	}); err != nil {
 		return nil, fmt.Errorf("index Decofiles by source: %w", err)
 	}

@@ -85,8 +85,8 @@ func commitPrefix(want string) (string, bool) {
 // latest rollout) that starts with prefix: "" when none does, an error when two different do.
 func resolvePrefix(df *decov1alpha1.Decofile, prefix string) (string, error) {
 	var candidates []string
-	if df.Status.SourceType != decov1alpha1.SourceInline && df.Status.GitHubCommit != "" {
-		candidates = append(candidates, df.Status.GitHubCommit)
+	if rev := df.Status.Revision(); rev != "" {
+		candidates = append(candidates, rev)
 	}
 	if ro := df.Status.Rollout; ro != nil {
 		if c, ok := strings.CutPrefix(ro.ID, "commit:"); ok {

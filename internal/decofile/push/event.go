@@ -160,7 +160,7 @@ type Push struct {
 	Repository string
 	// Ref is the pushed branch or tag name.
 	Ref string
-	// Keys are the index keys of that repository and ref (see DecofileKeys).
+	// Keys are the index keys of that repository and ref (see GitHubKey and GitKey).
 	Keys []string
 }
 
@@ -171,7 +171,7 @@ func parsePush(provider string, body []byte) (Push, error) {
 	if err := json.Unmarshal(body, &p); err != nil {
 		return Push{}, fmt.Errorf("the body is not a JSON push event: %w", err)
 	}
-	ref := shortRef(p.Ref)
+	ref := ShortRef(p.Ref)
 	if ref == "" {
 		return Push{}, errors.New("the push event names no ref")
 	}

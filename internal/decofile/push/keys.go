@@ -3,54 +3,24 @@ package push
 import (
 	"net/url"
 	"strings"
-
-	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
-	"github.com/siteops/siteops/internal/decofile/source"
 )
 
-// Keys name a repository and branch (or tag) the same way on both sides: DecofileKeys says
-// which one a Decofile follows, and a push event names the ones it changed. A key is
+// Keys name a repository and branch (or tag) the same way on both sides: each source kind
+// says which one a Decofile follows, and a push event names the ones it changed. A key is
 // "github/<org>/<repo>#<ref>" for the github source and "git/<host[:port]>/<path>#<ref>" for a
 // git URL; host and path are lower-case (hosted git servers match them without case), the ref
 // is the branch or tag name as git writes it.
 
-// DecofileKeys are the index keys of the repository and ref a Decofile follows; none for inline
-// content and for a pinned commit SHA, which a push never changes.
-func DecofileKeys(df *decov1.Decofile) []string {
-	switch {
-	case df.Spec.Source == decov1.SourceGitHub && df.Spec.GitHub != nil:
-		gh := df.Spec.GitHub
-		ref := shortRef(gh.Commit)
-		if ref == "" || source.IsCommitSHA(ref) {
-			return nil
-		}
-		return []string{GitHubKey(gh.Org, gh.Repo, ref)}
-	case df.Spec.Source == decov1.SourceGit && df.Spec.Git != nil:
-		ref := df.Spec.Git.Ref
-		if ref == "" {
-			ref = "main"
-		}
-		ref = shortRef(ref)
-		if source.IsCommitSHA(ref) {
-			return nil
-		}
-		if id, ok := RepoIdentity(df.Spec.Git.URL); ok {
-			return []string{GitKey(id, ref)}
-		}
-	}
-	return nil
-}
-
 // GitHubKey is the key of branch or tag ref of the GitHub repository org/repo.
 func GitHubKey(org, repo, ref string) string {
-	return "github/" + strings.ToLower(org) + "/" + strings.ToLower(repo) + "#" + shortRef(ref)
+	return "github/" + strings.ToLower(org) + "/" + strings.ToLower(repo) + "#" + ShortRef(ref)
 }
 
 // GitKey is the key of branch or tag ref of the repository whose RepoIdentity is id.
-func GitKey(id, ref string) string { return "git/" + id + "#" + shortRef(ref) }
+func GitKey(id, ref string) string { return "git/" + id + "#" + ShortRef(ref) }
 
-// shortRef turns refs/heads/<b> and refs/tags/<t> into the branch or tag name.
-func shortRef(ref string) string {
+// ShortRef turns refs/heads/<b> and refs/tags/<t> into the branch or tag name.
+func ShortRef(ref string) string {
 	ref = strings.TrimSpace(ref)
 	for _, p := range []string{"refs/heads/", "refs/tags/"} {
 		if strings.HasPrefix(ref, p) {

@@ -104,7 +104,7 @@ func (r *Reconciler) saveLastGood(ctx context.Context, key client.ObjectKey, has
 		return fmt.Errorf("ConfigMap %s: %s is not what the operator stored; not keeping it", name, k)
 	}
 	kept := &decov1alpha1.StoredContent{ContentHash: s.ContentHash, StoredHash: s.StoredHash, Format: s.Format,
-		Timestamp: s.Timestamp, RawBytes: s.RawBytes, StoredBytes: s.StoredBytes, SourceType: s.SourceType, GitHubCommit: s.GitHubCommit}
+		Timestamp: s.Timestamp, RawBytes: s.RawBytes, StoredBytes: s.StoredBytes, SourceType: s.SourceType, GitHubCommit: s.GitHubCommit, Revision: s.Revision()}
 	if kept.Format == "" {
 		kept.Format = decov1alpha1.FormatJSON
 		if k == decov1alpha1.KeyBin {
@@ -136,7 +136,7 @@ func (r *Reconciler) saveLastGoodCopy(ctx context.Context, df *decov1alpha1.Deco
 		return err
 	}
 	kept := &decov1alpha1.StoredContent{ContentHash: s.ContentHash, StoredHash: s.StoredHash, Format: decov1alpha1.FormatJSON,
-		Timestamp: s.Timestamp, RawBytes: s.RawBytes, StoredBytes: s.StoredBytes, SourceType: s.SourceType, GitHubCommit: s.GitHubCommit}
+		Timestamp: s.Timestamp, RawBytes: s.RawBytes, StoredBytes: s.StoredBytes, SourceType: s.SourceType, GitHubCommit: s.GitHubCommit, Revision: s.Revision()}
 	return r.patchStatus(ctx, client.ObjectKeyFromObject(df), func(d *decov1alpha1.Decofile) bool {
 		if d.Status.ContentHash != kept.ContentHash {
 			return false

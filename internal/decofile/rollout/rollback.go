@@ -51,10 +51,7 @@ func (r *Reconciler) resumeRollback(ctx context.Context, df *decov1alpha1.Decofi
 func (r *Reconciler) rollBack(ctx context.Context, df *decov1alpha1.Decofile, hash, id string, startedAt metav1.Time, why string, restore func(*corev1.Pod) bool) time.Duration {
 	log := logf.FromContext(ctx).WithValues("failedHash", hash)
 	key := client.ObjectKeyFromObject(df)
-	commit := ""
-	if df.Status.SourceType != decov1alpha1.SourceInline {
-		commit = df.Status.GitHubCommit
-	}
+	commit := df.Status.Revision()
 	var fresh *decov1alpha1.Decofile
 	if err := r.patchStatus(ctx, key, func(d *decov1alpha1.Decofile) bool {
 		fresh = nil
@@ -98,11 +95,12 @@ func (r *Reconciler) rollBack(ctx context.Context, df *decov1alpha1.Decofile, ha
 		s := &d.Status
 		s.ContentHash, s.StoredHash, s.Format, s.RawBytes, s.StoredBytes, s.Timestamp = lg.ContentHash, lg.StoredHash, lg.Format, lg.RawBytes, lg.StoredBytes, ts
 		s.SourceType, s.GitHubCommit, s.ShortCommit = lg.SourceType, lg.GitHubCommit, shortSHA(lg.GitHubCommit)
+		now := metav1.Now()
+		s.LastUpdated = &now
+		s.Artifact = decov1alpha1.StoredArtifact(s, lg.SourceRevision())
 		if d.TargetOrDefault() == decov1alpha1.TargetConfigMap {
 			s.ConfigMapName = d.ConfigMapName()
 		}
-		now := metav1.Now()
-		s.LastUpdated = &now
 		// Claimed now, confirmed below: a reconcile in between must not start a rollout of the
 		// restored content beside this one.
 		s.NotifiedHash = lg.ContentHash

@@ -46,7 +46,8 @@ const (
 	flagEntries      = "--decofile-max-tree-entries"
 )
 
-func (l Limits) withDefaults() Limits {
+// WithDefaults fills every unset limit from DefaultLimits.
+func (l Limits) WithDefaults() Limits {
 	if l.ArchiveBytes <= 0 {
 		l.ArchiveBytes = DefaultLimits.ArchiveBytes
 	}
@@ -76,7 +77,7 @@ type collector struct {
 }
 
 func newCollector(folder string, l Limits) *collector {
-	return &collector{prefix: CleanPath(folder), limits: l.withDefaults(), blocks: Blocks{}, origin: map[string]string{}}
+	return &collector{prefix: CleanPath(folder), limits: l.WithDefaults(), blocks: Blocks{}, origin: map[string]string{}}
 }
 
 // CleanPath normalises a repository folder: no leading "./" or "/", no trailing "/", "" for the root.
@@ -219,7 +220,7 @@ type ZipOptions struct {
 
 // ExtractZip reads the block files under folder from the ZIP archive r of size bytes.
 func ExtractZip(r io.ReaderAt, size int64, folder string, o ZipOptions, l Limits) (Blocks, error) {
-	l = l.withDefaults()
+	l = l.WithDefaults()
 	if size > l.ArchiveBytes {
 		return nil, &Error{Reason: ReasonLimitExceeded, Err: fmt.Errorf("archive is %d bytes, over the %d-byte limit (limit: archive bytes)", size, l.ArchiveBytes)}
 	}

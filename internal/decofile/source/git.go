@@ -132,7 +132,7 @@ func (g *Git) Resolve(ctx context.Context, url, ref string, auth *GitAuth) (stri
 	if IsCommitSHA(ref) {
 		return strings.ToLower(ref), nil
 	}
-	ctx, o, cancel := begin(ctx, g.Timeout, g.Limits.withDefaults().ArchiveBytes)
+	ctx, o, cancel := begin(ctx, g.Timeout, g.Limits.WithDefaults().ArchiveBytes)
 	defer cancel()
 	release, err := g.acquire(ctx, url)
 	if err != nil {
@@ -170,7 +170,7 @@ func (g *Git) Fetch(ctx context.Context, url, ref, sha, folder string, auth *Git
 	if b, ok := g.share.get("git", key); ok {
 		return b, nil
 	}
-	ctx, o, cancel := begin(ctx, g.Timeout, g.Limits.withDefaults().ArchiveBytes)
+	ctx, o, cancel := begin(ctx, g.Timeout, g.Limits.WithDefaults().ArchiveBytes)
 	defer cancel()
 	release, err := g.acquire(ctx, url)
 	if err != nil {

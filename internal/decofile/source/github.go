@@ -96,7 +96,7 @@ func (g *GitHub) Resolve(ctx context.Context, org, repo, ref, token string) (str
 	if IsCommitSHA(ref) {
 		return strings.ToLower(ref), nil
 	}
-	ctx, o, cancel := begin(ctx, g.Timeout, g.Limits.withDefaults().ArchiveBytes)
+	ctx, o, cancel := begin(ctx, g.Timeout, g.Limits.WithDefaults().ArchiveBytes)
 	defer cancel()
 	release, err := g.acquire(ctx, org, repo)
 	if err != nil {
@@ -164,7 +164,7 @@ func (g *GitHub) Fetch(ctx context.Context, org, repo, sha, folder, token string
 	if b, ok := g.share.get("github", key); ok {
 		return b, nil
 	}
-	l := g.Limits.withDefaults()
+	l := g.Limits.WithDefaults()
 	ctx, o, cancel := begin(ctx, g.Timeout, l.ArchiveBytes)
 	defer cancel()
 	release, err := g.acquire(ctx, org, repo)

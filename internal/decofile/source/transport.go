@@ -139,3 +139,45 @@ func sshRoute(ctx context.Context, p *egress.Policy, o *op) (string, func()) {
 		Refused:  func(r *egress.Refused) { o.refused.Store(r) },
 	})
 }
+
+// Begin starts a retrieval bounded by timeout (0: DefaultTimeout) and limit (bytes received
+// from the remote): requests made with the returned context through NewTransport count against
+// it, and Failure explains how it ended.
+func Begin(ctx context.Context, timeout time.Duration, limit int64) (context.Context, context.CancelFunc) {
+	ctx, _, cancel := begin(ctx, timeout, limit)
+	return ctx, cancel
+}
+
+// NewTransport is the HTTP transport of a source kind that talks HTTP itself: it dials through
+// the URL policy p (nil: https to public addresses), counts the bytes of every answer against
+// the retrieval's limit, and drops the body of every answer that is not a success, so no
+// library in between can copy it into an error.
+func NewTransport(p *egress.Policy) http.RoundTripper { return newTransport(p) }
+
+// Failure is the error of a retrieval begun with Begin that failed with err while doing what:
+// a bound of the retrieval or the URL policy when one of them ended it, else the HTTP status
+// code of the failed answer (0: the last one the transport saw; 401 and 403: Unauthorized, 404:
+// NotFound), else a transient outage. It never carries what the remote sent.
+func Failure(ctx context.Context, what string, code int, err error) error {
+	o := opFrom(ctx)
+	if o == nil {
+		return errorf(ReasonUnavailable, true, "%s: %w", what, err)
+	}
+	if e := o.classify(ctx, what, err); e != nil {
+		return e
+	}
+	if code == 0 {
+		code = int(o.status.Load())
+	}
+	switch {
+	case code == http.StatusUnauthorized || code == http.StatusForbidden:
+		return errorf(ReasonUnauthorized, false, "%s: the remote refused the credentials (HTTP %d); check the Secret the Decofile names", what, code)
+	case code == http.StatusNotFound:
+		return errorf(ReasonNotFound, false, "%s: not found (HTTP 404); check the URL and reference", what)
+	case code == http.StatusTooManyRequests || code >= 500:
+		return errorf(ReasonUnavailable, true, "%s: the remote answered HTTP %d; retrying", what, code)
+	case code >= 400:
+		return errorf(ReasonInvalidContent, false, "%s: the remote answered HTTP %d", what, code)
+	}
+	return errorf(ReasonUnavailable, true, "%s: %w; retrying", what, err)
+}
