@@ -19,16 +19,17 @@ func TestNoSwitchOnTheSourceKindOutsideTheRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	allowed := []string{filepath.Join(root, "api") + "/", filepath.Join(root, "internal", "decofile", "sources") + "/"}
+	// spec.source, status.sourceType, or a Source* constant of the API package.
 	isKind := func(e ast.Expr) bool {
 		sel, ok := e.(*ast.SelectorExpr)
 		if !ok {
 			return false
 		}
-		switch sel.Sel.Name {
-		case "Source", "SourceType", "SourceInline", "SourceGitHub", "SourceGit":
+		if sel.Sel.Name == "Source" || sel.Sel.Name == "SourceType" {
 			return true
 		}
-		return false
+		pkg, ok := sel.X.(*ast.Ident)
+		return ok && strings.HasPrefix(pkg.Name, "decov1") && strings.HasPrefix(sel.Sel.Name, "Source")
 	}
 	fset := token.NewFileSet()
 	checked := 0
