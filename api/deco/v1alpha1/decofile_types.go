@@ -11,7 +11,7 @@ import (
 )
 
 // SourceType says where a Decofile's content comes from.
-// +kubebuilder:validation:Enum=inline;github;git
+// +kubebuilder:validation:Enum=inline;github;git;oci
 type SourceType string
 
 // Source types.
@@ -19,6 +19,7 @@ const (
 	SourceInline SourceType = "inline"
 	SourceGitHub SourceType = "github"
 	SourceGit    SourceType = "git"
+	SourceOCI    SourceType = "oci"
 )
 
 // TargetType says where the merged content is stored for pods to load.
@@ -106,6 +107,25 @@ type GitSource struct {
 	SecretRef *corev1.LocalObjectReference `json:"secretRef,omitempty"`
 }
 
+// OCISource reads the blocks from an OCI artifact in a container registry: the layer holding a
+// tar+gzip of the block files, as `flux push artifact` and ORAS write it.
+type OCISource struct {
+	// URL names the artifact: oci://host[:port]/repository followed by :tag or @sha256:digest
+	// (without either, :latest). A tag is re-resolved to its digest every spec.interval.
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('oci://') && !self.contains(' ')",message="url must be oci://host/repository[:tag|@sha256:digest]"
+	URL string `json:"url"`
+	// Path is the folder of the artifact holding the block files.
+	// +kubebuilder:validation:XValidation:rule="!self.matches('(^|/)\\\\.\\\\.(/|$)')",message="path must not contain '..'"
+	// +optional
+	Path string `json:"path,omitempty"`
+	// SecretRef names a Secret of type kubernetes.io/dockerconfigjson with the registry's
+	// credentials.
+	// +kubebuilder:validation:XValidation:rule="size(self.name) <= 253 && self.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="secretRef.name must be a Secret name (DNS-1123 subdomain)"
+	// +optional
+	SecretRef *corev1.LocalObjectReference `json:"secretRef,omitempty"`
+}
+
 // TanStackKVTarget is the Cloudflare KV destination of the tanstack-kv target, kept so that
 // Decofiles written for the published Decofile operator (v0.11) round-trip unchanged.
 type TanStackKVTarget struct {
@@ -167,9 +187,10 @@ type RolloutCheck struct {
 // +kubebuilder:validation:XValidation:rule="(self.source == 'inline') == has(self.inline)",message="exactly the block named by spec.source must be set: spec.inline goes with source inline"
 // +kubebuilder:validation:XValidation:rule="(self.source == 'github') == has(self.github)",message="exactly the block named by spec.source must be set: spec.github goes with source github"
 // +kubebuilder:validation:XValidation:rule="(self.source == 'git') == has(self.git)",message="exactly the block named by spec.source must be set: spec.git goes with source git"
+// +kubebuilder:validation:XValidation:rule="(self.source == 'oci') == has(self.oci)",message="exactly the block named by spec.source must be set: spec.oci goes with source oci"
 // +kubebuilder:validation:XValidation:rule="!has(self.target) || self.target != 'tanstack-kv' || (has(self.tanstackKV) && self.source == 'github')",message="spec.target tanstack-kv needs spec.tanstackKV and spec.source github"
 type DecofileSpec struct {
-	// Source selects which of inline, github or git provides the content.
+	// Source selects which of inline, github, git or oci provides the content.
 	// +kubebuilder:validation:Required
 	Source SourceType `json:"source"`
 	// Inline content.
@@ -181,6 +202,9 @@ type DecofileSpec struct {
 	// Git content.
 	// +optional
 	Git *GitSource `json:"git,omitempty"`
+	// OCI content.
+	// +optional
+	OCI *OCISource `json:"oci,omitempty"`
 	// DeploymentID identifies the site's workloads (label app.deco/deploymentId) and names its
 	// S3 object; defaults to the Decofile's name. A DNS-1123 label: it becomes part of object
 	// keys, URLs and label values. Two Decofiles of a namespace must not share one: the newer
@@ -313,7 +337,7 @@ type StoredContent struct {
 // Artifact describes the stored content the same way for every source kind.
 type Artifact struct {
 	// Revision is the source's name for the version: a commit SHA (github, git),
-	// empty for inline content, which has no revision but its digest.
+	// tag@sha256:digest (oci); empty for inline content, which has no revision but its digest.
 	// +optional
 	Revision string `json:"revision,omitempty"`
 	// Digest is sha256:<hex> of the merged JSON.
@@ -514,8 +538,8 @@ func (d *Decofile) S3ObjectKey(prefix string) string {
 }
 
 // RolloutID names a content version the way PodsNotified messages and `decofile wait` do:
-// commit:<sha> for git and github sources, revision:<revision> for other kinds with revisions,
-// timestamp:<ts> for inline content.
+// commit:<sha> for git and github sources, revision:<revision> for other kinds with revisions
+// (oci), timestamp:<ts> for inline content.
 func RolloutID(status *DecofileStatus) string {
 	if status.GitHubCommit != "" && status.SourceType != SourceInline {
 		return "commit:" + status.GitHubCommit

@@ -10,6 +10,7 @@ import (
 	"github.com/siteops/siteops/internal/decofile/sources/github"
 	"github.com/siteops/siteops/internal/decofile/sources/inline"
 	"github.com/siteops/siteops/internal/decofile/sources/kind"
+	"github.com/siteops/siteops/internal/decofile/sources/oci"
 )
 
 // kinds are the source kinds, one line each.
@@ -17,6 +18,7 @@ var kinds = []func(kind.Env) kind.Kind{
 	inline.New,
 	github.New,
 	git.New,
+	oci.New,
 }
 
 // Registry finds the kind of a Decofile's spec.source.
