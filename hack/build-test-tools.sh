@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the real servers the tests need (kube-apiserver, etcd, versitygw) from the Go module
-# proxy into a per-machine cache, once. A warm run only checks version stamps. With --node it
+# Builds the real servers the tests need (kube-apiserver, etcd, versitygw, Flux's
+# source-controller) from the Go module proxy into a per-machine cache, once. A warm run only checks version stamps. With --node it
 # also builds what a real node runs: kubelet, kube-scheduler, kube-controller-manager, kube-proxy,
 # containerd (with ctr and the runc shim), runc, the CNI plugins, CoreDNS and the pause program,
 # and the kubectl and helm that the Get started page's test runs.
@@ -16,6 +16,7 @@ RUNC_VERSION="${RUNC_VERSION:-v1.5.3}"
 CNI_PLUGINS_VERSION="${CNI_PLUGINS_VERSION:-v1.10.0}"
 COREDNS_VERSION="${COREDNS_VERSION:-v1.15.0}"
 HELM_VERSION="${HELM_VERSION:-v3.22.0}"
+FLUX_SOURCE_VERSION="${FLUX_SOURCE_VERSION:-v1.9.6}"
 NODE=false
 [[ "${1:-}" == "--node" ]] && NODE=true
 CACHE_DIR="${SITEOPS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/siteops}"
@@ -51,8 +52,10 @@ require $module $version
 $replaces
 MOD
   printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "$package" >"$work/tools.go"
-  (cd "$work" && go mod tidy >/dev/null 2>&1 || go mod tidy)
-  (cd "$work" && CGO_ENABLED="${BUILD_CGO:-0}" go build -trimpath -tags "${BUILD_TAGS:-}" -ldflags "-s -w $ldflags" -o "$BIN_DIR/$name.tmp" "$package")
+  # BUILD_SKIP_TIDY: the module proxy lacks modules only the upstream's tests use; the build
+  # then resolves just what it compiles (-mod=mod).
+  (cd "$work" && { go mod tidy >/dev/null 2>&1 || [[ -n "${BUILD_SKIP_TIDY:-}" ]] || go mod tidy; })
+  (cd "$work" && CGO_ENABLED="${BUILD_CGO:-0}" go build -mod=mod -trimpath -tags "${BUILD_TAGS:-}" -ldflags "-s -w $ldflags" -o "$BIN_DIR/$name.tmp" "$package")
   mv "$BIN_DIR/$name.tmp" "$BIN_DIR/$name"
   echo "$version" >"$(stamp "$name")"
   rm -rf "$work"
@@ -79,6 +82,19 @@ build_kube() {
 build_kube kube-apiserver
 build_in_wrapper etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3
 build_in_wrapper versitygw "$VERSITYGW_VERSION" github.com/versity/versitygw github.com/versity/versitygw/cmd/versitygw
+# Flux's source-controller, for Decofiles that deliver a GitRepository's, OCIRepository's or
+# Bucket's artifact; its CRDs come from the same module version. The go-digest replace is
+# upstream's; fluxcd/pkg/artifact is pinned to the nearest release the module proxy serves.
+BUILD_SKIP_TIDY=1 build_in_wrapper source-controller "$FLUX_SOURCE_VERSION" github.com/fluxcd/source-controller github.com/fluxcd/source-controller "" \
+  "replace github.com/opencontainers/go-digest => github.com/opencontainers/go-digest v1.0.1-0.20220411205349-bde1400a84be
+replace github.com/fluxcd/pkg/artifact => github.com/fluxcd/pkg/artifact v0.18.0"
+if [[ "$(cat "$(stamp flux-source-crds)" 2>/dev/null)" != "$FLUX_SOURCE_VERSION" ]]; then
+  flux_dir=$(go mod download -json "github.com/fluxcd/source-controller@$FLUX_SOURCE_VERSION" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+  rm -rf "$BIN_DIR/flux-source-crds" && mkdir -p "$BIN_DIR/flux-source-crds"
+  cp "$flux_dir"/config/crd/bases/*.yaml "$BIN_DIR/flux-source-crds/"
+  chmod u+w "$BIN_DIR"/flux-source-crds/*.yaml
+  echo "$FLUX_SOURCE_VERSION" >"$(stamp flux-source-crds)"
+fi
 
 if $NODE; then
   # What a node needs to run a pod comes first; the scheduler and controller manager last.

@@ -25,6 +25,7 @@ import (
 	"github.com/siteops/siteops/internal/decofile/rollout"
 	"github.com/siteops/siteops/internal/decofile/s3target"
 	"github.com/siteops/siteops/internal/decofile/source"
+	"github.com/siteops/siteops/internal/decofile/sources/fluxsource"
 	"github.com/siteops/siteops/internal/egress"
 )
 
@@ -120,6 +121,9 @@ type DeliveryOptions struct {
 	GitHubAppPrivateKeyFile string
 	// SourceTimeout bounds each network operation of a source (resolve, download).
 	SourceTimeout time.Duration
+	// FluxStorageURL is where Flux's source-controller serves the artifacts that sourceRef
+	// Decofiles deliver.
+	FluxStorageURL string
 	// SourcePerRemote, SourcePerNamespace, SourceSlowAfter and SourceHangAfter bound the
 	// retrievals in flight, for git and GitHub sources together (see source.Gate).
 	SourcePerRemote, SourcePerNamespace int
@@ -193,6 +197,7 @@ func (o *Options) bindDeliveryFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&d.GitHubTokenGrants, "github-token-grants", d.GitHubTokenGrants, "repositories namespaces may read with GITHUB_TOKEN, as namespace=org/repo or namespace=org/* (besides the Namespace annotation deco.sites/github-repos)")
 	fs.Int64Var(&d.GitHubAppID, "github-app-id", d.GitHubAppID, "ID of the operator's GitHub App; its installation tokens, each scoped to one repository, are used like GITHUB_TOKEN (same --github-token-orgs and grants) and before it")
 	fs.StringVar(&d.GitHubAppPrivateKeyFile, "github-app-private-key-file", d.GitHubAppPrivateKeyFile, "PEM private key of the GitHub App named by --github-app-id (mount it from a Secret)")
+	fs.StringVar(&d.FluxStorageURL, "flux-storage-url", orDefault(d.FluxStorageURL, fluxsource.DefaultStorage), "base URL of Flux source-controller's artifact storage: sourceRef Decofiles download their artifact there, whatever host its status names")
 	fs.DurationVar(&d.SourceTimeout, "source-timeout", orDefault(d.SourceTimeout, source.DefaultTimeout), "time one network operation of a Decofile source (resolving a ref, downloading content) may take")
 	fs.IntVar(&d.SourcePerRemote, "source-per-remote", orDefault(d.SourcePerRemote, source.DefaultPerRemote), "retrievals from one git host or GitHub repository at once")
 	fs.IntVar(&d.SourcePerNamespace, "source-per-namespace", orDefault(d.SourcePerNamespace, source.DefaultPerTenant), "retrievals for one namespace at once, from any remote (keep it below --source-concurrency)")
@@ -319,6 +324,7 @@ func (d DeliveryOptions) controllerOptions() (controller.Options, error) {
 		GitHub:                  &source.GitHub{APIURL: d.GitHubAPIURL, ArchiveURL: d.GitHubArchiveURL, Limits: d.Limits, Egress: policy, Timeout: d.SourceTimeout, Gate: gate},
 		Git:                     &source.Git{Limits: d.Limits, Egress: policy, Timeout: d.SourceTimeout, Gate: gate},
 		Tokens:                  tokens,
+		FluxStorage:             d.FluxStorageURL,
 		Encode:                  encode.Options{Threshold: d.CompressionThreshold},
 		MaxConcurrentReconciles: d.Concurrency,
 		MaxConcurrentRetrievals: d.SourceConcurrency,

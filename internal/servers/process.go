@@ -72,6 +72,7 @@ type Process struct {
 
 	path string
 	args []string
+	env  []string // added to this process's environment
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -106,6 +107,9 @@ func (p *Process) start(ctx context.Context, timeout time.Duration, ready func(c
 	}
 	cmd := exec.Command(p.path, p.args...)
 	cmd.Dir = p.Dir
+	if len(p.env) > 0 {
+		cmd.Env = append(os.Environ(), p.env...)
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Children die with their parent, so an interrupted test or `dev up` leaves nothing behind.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}

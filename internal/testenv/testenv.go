@@ -241,3 +241,15 @@ func Registry(t testing.TB, o servers.RegistryOptions) *servers.Registry {
 	t.Cleanup(func() { _ = r.Stop() })
 	return r
 }
+
+// FluxSource runs Flux's source-controller against c for this test (c must serve its CRDs:
+// servers.APIServerOptions.ExtraCRDPaths with servers.FluxSourceCRDs()).
+func FluxSource(t testing.TB, c *Cluster) *servers.FluxSource {
+	t.Helper()
+	s, err := servers.StartFluxSource(context.Background(), c.KubeConfig, t.TempDir())
+	if err != nil {
+		t.Fatalf("start Flux source-controller: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Stop() })
+	return s
+}

@@ -11,7 +11,7 @@ import (
 )
 
 // SourceType says where a Decofile's content comes from.
-// +kubebuilder:validation:Enum=inline;github;git;oci
+// +kubebuilder:validation:Enum=inline;github;git;oci;sourceRef
 type SourceType string
 
 // Source types.
@@ -20,6 +20,8 @@ const (
 	SourceGitHub SourceType = "github"
 	SourceGit    SourceType = "git"
 	SourceOCI    SourceType = "oci"
+	// SourceFlux delivers the artifact of a Flux source object (spec.sourceRef).
+	SourceFlux SourceType = "sourceRef"
 )
 
 // TargetType says where the merged content is stored for pods to load.
@@ -126,6 +128,26 @@ type OCISource struct {
 	SecretRef *corev1.LocalObjectReference `json:"secretRef,omitempty"`
 }
 
+// FluxSourceRef names a Flux source object in the Decofile's namespace whose artifact holds the
+// block files.
+type FluxSourceRef struct {
+	// Kind of the Flux source.
+	// +kubebuilder:validation:Enum=GitRepository;OCIRepository;Bucket
+	Kind string `json:"kind"`
+	// Name of the object.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Namespace, when set, must be the Decofile's own: a Decofile never reads another
+	// namespace's source.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	// Path is the folder of the artifact holding the block files.
+	// +kubebuilder:validation:XValidation:rule="!self.matches('(^|/)\\\\.\\\\.(/|$)')",message="path must not contain '..'"
+	// +optional
+	Path string `json:"path,omitempty"`
+}
+
 // TanStackKVTarget is the Cloudflare KV destination of the tanstack-kv target, kept so that
 // Decofiles written for the published Decofile operator (v0.11) round-trip unchanged.
 type TanStackKVTarget struct {
@@ -188,9 +210,10 @@ type RolloutCheck struct {
 // +kubebuilder:validation:XValidation:rule="(self.source == 'github') == has(self.github)",message="exactly the block named by spec.source must be set: spec.github goes with source github"
 // +kubebuilder:validation:XValidation:rule="(self.source == 'git') == has(self.git)",message="exactly the block named by spec.source must be set: spec.git goes with source git"
 // +kubebuilder:validation:XValidation:rule="(self.source == 'oci') == has(self.oci)",message="exactly the block named by spec.source must be set: spec.oci goes with source oci"
+// +kubebuilder:validation:XValidation:rule="(self.source == 'sourceRef') == has(self.sourceRef)",message="exactly the block named by spec.source must be set: spec.sourceRef goes with source sourceRef"
 // +kubebuilder:validation:XValidation:rule="!has(self.target) || self.target != 'tanstack-kv' || (has(self.tanstackKV) && self.source == 'github')",message="spec.target tanstack-kv needs spec.tanstackKV and spec.source github"
 type DecofileSpec struct {
-	// Source selects which of inline, github, git or oci provides the content.
+	// Source selects which of inline, github, git, oci or sourceRef provides the content.
 	// +kubebuilder:validation:Required
 	Source SourceType `json:"source"`
 	// Inline content.
@@ -205,6 +228,9 @@ type DecofileSpec struct {
 	// OCI content.
 	// +optional
 	OCI *OCISource `json:"oci,omitempty"`
+	// SourceRef content: a Flux source object's artifact.
+	// +optional
+	SourceRef *FluxSourceRef `json:"sourceRef,omitempty"`
 	// DeploymentID identifies the site's workloads (label app.deco/deploymentId) and names its
 	// S3 object; defaults to the Decofile's name. A DNS-1123 label: it becomes part of object
 	// keys, URLs and label values. Two Decofiles of a namespace must not share one: the newer
@@ -337,7 +363,7 @@ type StoredContent struct {
 // Artifact describes the stored content the same way for every source kind.
 type Artifact struct {
 	// Revision is the source's name for the version: a commit SHA (github, git),
-	// tag@sha256:digest (oci); empty for inline content, which has no revision but its digest.
+	// tag@sha256:digest (oci), the Flux artifact's revision (sourceRef); empty for inline content, which has no revision but its digest.
 	// +optional
 	Revision string `json:"revision,omitempty"`
 	// Digest is sha256:<hex> of the merged JSON.

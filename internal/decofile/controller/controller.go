@@ -22,7 +22,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -38,7 +37,6 @@ import (
 	"github.com/siteops/siteops/internal/decofile/lastwrite"
 	"github.com/siteops/siteops/internal/decofile/source"
 	"github.com/siteops/siteops/internal/decofile/sources"
-	"github.com/siteops/siteops/internal/decofile/sources/kind"
 	"github.com/siteops/siteops/internal/workload"
 )
 
@@ -101,6 +99,8 @@ type Options struct {
 	Git *source.Git
 	// Tokens decides which GitHub token a Decofile may use.
 	Tokens source.TokenPolicy
+	// FluxStorage is the base URL of Flux source-controller's artifact storage (sourceRef).
+	FluxStorage string
 	// Encode sets the compression threshold and the ConfigMap limit.
 	Encode encode.Options
 	// MaxConcurrentReconciles is how many Decofiles are processed at once; default
@@ -232,6 +232,10 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		// Push events: the Decofiles following the pushed ref, found through the source index.
 		b = b.WatchesRawSource(o.Push.source())
 	}
+	if err := indexSources(context.Background(), mgr); err != nil {
+		return err
+	}
+	b = r.watchAnnouncers(mgr, b)
 	return b.Complete(r)
 }
 
@@ -383,46 +387,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{}, nil
 }
 
-// sourceEnv is what the source kinds reach their remotes with: the kinds without a fetcher of
-// their own are bounded like git (the --source-* and --decofile-max-* flags set both).
-func sourceEnv(secrets client.Reader, o Options) kind.Env {
-	g := o.Git
-	return kind.Env{
-		Secrets: secrets,
-		GitHub:  o.GitHub, Tokens: o.Tokens, Git: g,
-		Limits: g.Limits, Egress: g.Egress, Timeout: g.Timeout, Gate: g.Gate, TempDir: g.TempDir,
-	}
-}
-
-// recordRevision records the source kind and revision of content just stored: githubCommit
-// too when the revision is a commit, for clients of v0.11.
-func recordRevision(next *decov1.DecofileStatus, t decov1.SourceType, revision string) {
-	next.SourceType = t
-	commit := ""
-	if source.IsCommitSHA(revision) {
-		commit = revision
-	}
-	next.GitHubCommit, next.ShortCommit = commit, short(commit)
-	if next.Artifact == nil {
-		next.Artifact = &decov1.Artifact{}
-	}
-	next.Artifact.Revision = revision
-}
-
-// pollInterval is how often the Decofile's reference is resolved again: spec.interval for one
-// that moves (a branch or tag), never for inline content or a pinned revision.
-func pollInterval(df *decov1.Decofile) time.Duration {
-	if !sources.Describing.Moves(df) {
-		return 0
-	}
-	if df.Spec.Interval != nil && df.Spec.Interval.Duration > 0 {
-		// The CRD refuses less than MinInterval; a Decofile stored before that rule keeps its
-		// value (validation ratcheting), so the floor is applied here too.
-		return max(df.Spec.Interval.Duration, MinInterval)
-	}
-	return DefaultInterval
-}
-
 // deliver retrieves, encodes and stores the content, updating next (the status to record).
 func (r *Reconciler) deliver(ctx context.Context, df *decov1.Decofile, next *decov1.DecofileStatus) outcome {
 	s3 := df.TargetOrDefault() == decov1.TargetS3
@@ -490,27 +454,6 @@ func (r *Reconciler) deliverConfigMap(ctx context.Context, df *decov1.Decofile, 
 		out.restored = defaced && out.changed
 	}
 	return out
-}
-
-// takeRetrieval takes one of the MaxConcurrentRetrievals slots for a remote source's delivery
-// (inline content needs none). It never waits: a worker waiting for a slot would be a worker
-// that inline Decofiles and other tenants cannot have while a slow remote holds every slot.
-func (r *Reconciler) takeRetrieval(df *decov1.Decofile) (release func(), ok bool) {
-	if !r.sources.Remote(df) {
-		return func() {}, true
-	}
-	select {
-	case r.retrievals <- struct{}{}:
-		return func() { <-r.retrievals }, true
-	default:
-		return nil, false
-	}
-}
-
-// retrievalRetry is when a Decofile that found every retrieval slot taken looks again:
-// about a second, spread so that the waiting Decofiles do not all come back at once.
-func retrievalRetry() time.Duration {
-	return wait.Jitter(time.Second, 1)
 }
 
 // errRejected says the resolved commit is the one that already failed for good.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -31,7 +32,10 @@ import (
 	"github.com/siteops/siteops/internal/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m, servers.APIServerOptions{}) }
+// The API server serves Flux's source kinds, so the manager watches them (sourceRef).
+func TestMain(m *testing.M) {
+	testenv.Main(m, servers.APIServerOptions{ExtraCRDPaths: []string{servers.FluxSourceCRDs()}})
+}
 
 // Settings of the manager shared by the tests in this package.
 const (
@@ -52,6 +56,8 @@ type env struct {
 	// pushURL is the push receiver of the package's manager (secret pushSecret).
 	pushURL string
 	push    *controller.PushTrigger
+	// flux is Flux's source-controller, whose storage the manager reads sourceRef artifacts from.
+	flux *servers.FluxSource
 }
 
 func (e *env) trigger(t *testing.T) *controller.PushTrigger {
@@ -88,15 +94,24 @@ func start(t *testing.T) *env {
 			t.Fatal(err)
 		}
 		limits := source.Limits{ArchiveBytes: maxArchiveBytes, DecompressedBytes: maxContentBytes}
+		fluxDir, err := os.MkdirTemp("", "siteops-flux-source-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		flux, err := servers.StartFluxSource(context.Background(), c.KubeConfig, fluxDir)
+		if err != nil {
+			t.Fatal(err)
+		}
 		trigger, pushURL := startPush(t, mgr)
 		app := installApp(t, gh)
 		err = controller.Setup(mgr, controller.Options{
 			Push:   trigger,
 			GitHub: &source.GitHub{APIURL: gh.APIURL, ArchiveURL: gh.ArchiveURL, Limits: limits, Egress: testEgress, Timeout: sourceTimeout},
 			// A retrieval that times out counts as a hang, as it does with the flags' defaults.
-			Git:    &source.Git{Limits: limits, Egress: testEgress, Timeout: sourceTimeout, Gate: &source.Gate{HangAfter: sourceTimeout / 2}},
-			Tokens: source.TokenPolicy{Fallback: fallbackToken, AllowedOrgs: []string{allowedOrg, appOrg}, App: app},
-			Encode: encode.Options{Threshold: testThreshold, Limit: testLimit},
+			Git:         &source.Git{Limits: limits, Egress: testEgress, Timeout: sourceTimeout, Gate: &source.Gate{HangAfter: sourceTimeout / 2}},
+			Tokens:      source.TokenPolicy{Fallback: fallbackToken, AllowedOrgs: []string{allowedOrg, appOrg}, App: app},
+			FluxStorage: flux.StorageURL,
+			Encode:      encode.Options{Threshold: testThreshold, Limit: testLimit},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -106,7 +121,7 @@ func start(t *testing.T) *env {
 				panic(fmt.Sprintf("manager stopped: %v", err))
 			}
 		}()
-		sharedEnv = &env{c: c, gh: gh, pushURL: pushURL, push: trigger}
+		sharedEnv = &env{c: c, gh: gh, pushURL: pushURL, push: trigger, flux: flux}
 	})
 	if sharedEnv == nil {
 		t.Fatal("manager did not start")

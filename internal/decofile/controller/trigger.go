@@ -14,11 +14,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
-	"github.com/siteops/siteops/internal/decofile/sources"
 )
 
-// IndexSourceRef indexes Decofiles by the repository and branch or tag they follow
-// (each source kind's Keys), so a push finds its Decofiles without listing every one.
+// IndexSourceRef indexes Decofiles by what they follow (each source kind's Keys: a repository
+// and branch or tag, a Flux source object), so a push or a changed Flux source finds its
+// Decofiles without listing every one.
 const IndexSourceRef = "deco.sites/source-ref"
 
 // DefaultPushMaxPerNamespace is how many Decofiles of one namespace one push reconciles at once.
@@ -44,10 +44,8 @@ type PushTrigger struct {
 // to Setup (Options.Push) and to the push receiver. maxPerNamespace <= 0 means
 // DefaultPushMaxPerNamespace.
 func NewPushTrigger(ctx context.Context, mgr manager.Manager, maxPerNamespace int) (*PushTrigger, error) {
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &decov1.Decofile{}, IndexSourceRef, func(o client.Object) []string {
-		return sources.Describing.Keys(o.(*decov1.Decofile))
-	}); err != nil {
-		return nil, fmt.Errorf("index Decofiles by source: %w", err)
+	if err := indexSources(ctx, mgr); err != nil {
+		return nil, err
 	}
 	if maxPerNamespace <= 0 {
 		maxPerNamespace = DefaultPushMaxPerNamespace

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/internal/decofile/sources/fluxsource"
 	"github.com/siteops/siteops/internal/decofile/sources/git"
 	"github.com/siteops/siteops/internal/decofile/sources/github"
 	"github.com/siteops/siteops/internal/decofile/sources/inline"
@@ -19,6 +20,7 @@ var kinds = []func(kind.Env) kind.Kind{
 	github.New,
 	git.New,
 	oci.New,
+	fluxsource.New,
 }
 
 // Registry finds the kind of a Decofile's spec.source.
@@ -74,4 +76,15 @@ func (r *Registry) Describe(df *decov1.Decofile) string {
 		return k.Describe(df)
 	}
 	return fmt.Sprintf("%s (unknown source kind)", df.Spec.Source)
+}
+
+// Watchers are the kinds whose content other Kubernetes objects announce.
+func (r *Registry) Watchers() []kind.Watcher {
+	var out []kind.Watcher
+	for _, build := range kinds {
+		if w, ok := r.byType[build(kind.Env{}).Type()].(kind.Watcher); ok {
+			out = append(out, w)
+		}
+	}
+	return out
 }

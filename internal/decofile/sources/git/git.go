@@ -52,7 +52,7 @@ func (k *Kind) auth(ctx context.Context, ns string, g *decov1.GitSource) (*sourc
 	if g.SecretRef == nil || g.SecretRef.Name == "" {
 		return nil, nil
 	}
-	s, err := kind.Secret(ctx, k.env.Secrets, ns, g.SecretRef.Name, "spec.git.secretRef")
+	s, err := kind.Secret(ctx, k.env.Reader, ns, g.SecretRef.Name, "spec.git.secretRef")
 	if err != nil {
 		return nil, err
 	}

@@ -31,7 +31,7 @@ func (k *Kind) Resolve(ctx context.Context, df *decov1.Decofile) (kind.Resolutio
 	if gh == nil {
 		return kind.Resolution{}, kind.Invalid("spec.source is github but spec.github is not set")
 	}
-	own, err := kind.SecretValue(ctx, k.env.Secrets, df.Namespace, gh.Secret, "token", "spec.github.secret")
+	own, err := kind.SecretValue(ctx, k.env.Reader, df.Namespace, gh.Secret, "token", "spec.github.secret")
 	if err != nil {
 		return kind.Resolution{}, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
@@ -40,6 +41,16 @@ type Kind interface {
 	Describe(df *decov1.Decofile) string
 }
 
+// Watcher is a kind whose content is announced by other Kubernetes objects: the delivery
+// controller watches them, where the API server serves them, and reconciles at once the
+// Decofiles whose Keys hold the WatchKey of a changed one.
+type Watcher interface {
+	// Watches are the kinds of objects to watch.
+	Watches() []schema.GroupVersionKind
+	// WatchKey is the key of a watched object of kind gvk, as Keys names it.
+	WatchKey(gvk schema.GroupVersionKind, obj client.Object) string
+}
+
 // Resolution is a resolved revision and how to download it.
 type Resolution struct {
 	// Revision is the source's name for the version; "" for a kind without revisions, whose
@@ -49,11 +60,11 @@ type Resolution struct {
 	Download func(ctx context.Context) (source.Blocks, error)
 }
 
-// Env is what the kinds reach their remotes and the tenant's Secrets with. The kinds without
+// Env is what the kinds reach their remotes and the tenant's objects with. The kinds without
 // a fetcher of their own (oci) use the shared settings: the same flags bound every remote.
 type Env struct {
-	// Secrets reads the Secrets a Decofile names, in its own namespace.
-	Secrets client.Reader
+	// Reader reads the objects a Decofile names in its own namespace: Secrets, Flux sources.
+	Reader client.Reader
 	// GitHub fetches github sources; Tokens decides which token a Decofile may use.
 	GitHub *source.GitHub
 	Tokens source.TokenPolicy
@@ -69,6 +80,9 @@ type Env struct {
 	Gate *source.Gate
 	// TempDir holds downloads while they are read.
 	TempDir string
+	// FluxStorage is the base URL of Flux's source-controller artifact storage; an artifact URL
+	// in a Flux object's status is read there, whatever host it names.
+	FluxStorage string
 }
 
 // Invalid is the error of a Decofile whose spec lacks the block its source kind needs.

@@ -235,7 +235,7 @@ func (k *Kind) auth(ctx context.Context, ns string, spec *decov1.OCISource, regi
 		return authn.Anonymous, nil
 	}
 	const field = "spec.oci.secretRef"
-	s, err := kind.Secret(ctx, k.env.Secrets, ns, spec.SecretRef.Name, field)
+	s, err := kind.Secret(ctx, k.env.Reader, ns, spec.SecretRef.Name, field)
 	if err != nil {
 		return nil, err
 	}

@@ -203,7 +203,7 @@ func TestDockerConfigSecret(t *testing.T) {
 	if _, err := reg.PushArtifact("private/site", "v1", map[string]string{"blocks/a.json": `{"private":true}`}); err != nil {
 		t.Fatal(err)
 	}
-	k := oci.New(kind.Env{Egress: loopback, Limits: limits, Secrets: c.Client})
+	k := oci.New(kind.Env{Egress: loopback, Limits: limits, Reader: c.Client})
 	dockerConfig := func(name, host, user, pass string) {
 		auth := base64.StdEncoding.EncodeToString([]byte(user + ":" + pass))
 		raw, _ := json.Marshal(map[string]any{"auths": map[string]any{host: map[string]string{"auth": auth}}})
