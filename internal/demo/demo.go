@@ -37,6 +37,7 @@ func Steps(run Runner, examples string) ([]Step, func()) {
 		{Name: "control plane", Run: controlPlane},
 		{Name: "tenant cache isolation", Run: tenantACL(s.namespace)},
 		{Name: "Decofile from git", Run: s.gitSourcedDecofile},
+		{Name: "Decofile from an OCI artifact", Run: ociSourcedDecofile(s.namespace)},
 		{Name: "injected site pods", Run: s.injectedPods},
 		{Name: "edit and rollout", Run: s.editAndRollout(run)},
 		{Name: "S3 target and back", Run: s.flipTargets},

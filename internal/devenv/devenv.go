@@ -227,7 +227,7 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 	if mo.ProbeAddr, err = loopbackAddr(); err != nil {
 		return nil, err
 	}
-	fmt.Fprintln(o.Out, "siteops dev: starting Valkey with Sentinels, Redis, S3 and a git remote on "+host)
+	fmt.Fprintln(o.Out, "siteops dev: starting Valkey with Sentinels, Redis, S3, a git remote and an OCI registry on "+host)
 	if env.Servers, err = startServers(ctx, env, serversDir, host, &mo); err != nil {
 		return nil, err
 	}

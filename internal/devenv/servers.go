@@ -3,6 +3,7 @@ package devenv
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -32,6 +33,9 @@ type Servers struct {
 	S3 *servers.S3Server
 	// Git serves the repositories of git-sourced Decofiles and of the mirror.
 	Git *servers.GitRemote
+	// Registry is an OCI registry for oci-sourced Decofiles (plain HTTP, like a registry on
+	// the platform's own network).
+	Registry *servers.Registry
 }
 
 // S3Bucket is the bucket the local S3 server starts with.
@@ -90,6 +94,11 @@ func startServers(ctx context.Context, env *Env, dir, host string, mo *manager.O
 	if err := announcePushes(dir, mo, s.Git); err != nil {
 		return nil, err
 	}
+	if s.Registry, err = servers.StartRegistry(ctx, servers.RegistryOptions{Addr: net.JoinHostPort(host, "0")}); err != nil {
+		return nil, fmt.Errorf("start OCI registry: %w", err)
+	}
+	env.onStop(s.Registry.Stop)
+	allowLocalGit(&mo.Decofile.Delivery, "http://"+s.Registry.Host)
 	return s, nil
 }
 
@@ -125,8 +134,9 @@ func startValkey(ctx context.Context, s *Servers, dir, host string, mo *manager.
 	return nil
 }
 
-// allowLocalGit lets Decofile sources reach the local git remote, which serves plain HTTP on
-// loopback: exactly that host and port, as a platform would allow its own git host.
+// allowLocalGit lets Decofile sources reach a local server (the git remote, the OCI registry),
+// which serves plain HTTP on loopback: exactly that host and port, as a platform would allow its
+// own git host or registry.
 func allowLocalGit(d *decofile.DeliveryOptions, baseURL string) {
 	if !slices.Contains(d.SourceAllowedSchemes, "http") {
 		if len(d.SourceAllowedSchemes) == 0 {

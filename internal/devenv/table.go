@@ -66,6 +66,7 @@ func (e *Env) Components() []Component {
 		add("Redis (mirror)", s.MirrorRedis.Addr, logOf("mirror-redis"))
 		add("S3", fmt.Sprintf("%s, bucket %s (public read)", s.S3.Endpoint, S3Bucket), logOf("s3"))
 		add("git remote", s.Git.BaseURL, "")
+		add("OCI registry", "oci://"+s.Registry.Host, "")
 	}
 	if mo.Enabled(manager.PartMirror) && mo.Mirror.Attribution.Enabled {
 		a := mo.Mirror.Attribution
