@@ -14,23 +14,14 @@ import (
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/decofile/source"
+	"github.com/siteops/siteops/internal/testenv"
 )
 
 // kstatusOf is what kstatus (and Flux's health checks, kubectl-wait-style tools built on it)
 // make of the Decofile.
 func kstatusOf(t *testing.T, df *decov1.Decofile) *status.Result {
 	t.Helper()
-	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(df)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &unstructured.Unstructured{Object: obj}
-	u.SetGroupVersionKind(decov1.GroupVersion.WithKind("Decofile"))
-	res, err := status.Compute(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res
+	return testenv.Kstatus(t, df, decov1.GroupVersion.WithKind("Decofile"))
 }
 
 // TestKstatus: a Decofile that cannot be stored (TooLarge, a refused source) reads as Failed,

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -269,6 +270,14 @@ func TestBadPublishIsRolledBack(t *testing.T) {
 		}
 		if h := got.Status.History; len(h) == 0 || h[0].Result != rollout.ResultRolledBack || h[0].ContentHash != badHash {
 			t.Fatalf("history after the rollback %+v", h)
+		}
+		// Ready=False and Stalled=True: kstatus reads the rolled-back version as Failed.
+		ready := meta.FindStatusCondition(got.Status.Conditions, decov1alpha1.ConditionReady)
+		if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != rollout.ReasonRolledBack {
+			t.Fatalf("Ready after the rollback %+v", ready)
+		}
+		if res := testenv.Kstatus(t, got, decov1alpha1.GroupVersion.WithKind("Decofile")); res.Status != status.FailedStatus {
+			t.Fatalf("kstatus after the rollback %s (%s), want Failed", res.Status, res.Message)
 		}
 		if got.Status.ContentHash != goodHash || got.Status.NotifiedHash != goodHash {
 			t.Fatalf("status names content %s (notified %s), want the good %s", got.Status.ContentHash, got.Status.NotifiedHash, goodHash)

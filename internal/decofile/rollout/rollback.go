@@ -105,9 +105,17 @@ func (r *Reconciler) rollBack(ctx context.Context, df *decov1alpha1.Decofile, ha
 		// restored content beside this one.
 		s.NotifiedHash = lg.ContentHash
 		goodID = decov1alpha1.RolloutID(s)
-		if c := meta.FindStatusCondition(s.Conditions, decov1alpha1.ConditionReady); c != nil {
-			c.Message = fmt.Sprintf("rolled back to %s (stored again at timestamp %d): %s failed its progressive rollout; the source's version is not stored again until it changes", goodID, ts, id)
+		// The desired version is not what pods serve, and will not be until the source changes:
+		// kstatus (Flux health checks, kubectl wait, Argo CD) reads Failed, not Current.
+		msg := fmt.Sprintf("rolled back to %s (stored again at timestamp %d): %s failed its progressive rollout; the source's version is not stored again until it changes", goodID, ts, id)
+		for _, t := range []string{decov1alpha1.ConditionReady, decov1alpha1.ConditionStalled} {
+			status := metav1.ConditionFalse
+			if t == decov1alpha1.ConditionStalled {
+				status = metav1.ConditionTrue
+			}
+			meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: t, Status: status, Reason: ReasonRolledBack, Message: msg, ObservedGeneration: d.Generation})
 		}
+		meta.RemoveStatusCondition(&s.Conditions, decov1alpha1.ConditionReconciling)
 		return true
 	}); err != nil {
 		log.Info("could not record the restored content; will retry", "error", err.Error())
