@@ -5,9 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/redis/go-redis/v9"
 	"helm.sh/helm/v3/pkg/chartutil"
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +22,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/internal/servers"
+	"github.com/siteops/siteops/internal/testenv"
 	"github.com/siteops/siteops/test/internal/nodeenv"
 )
 
@@ -48,7 +47,7 @@ func (e *env) getStarted(t *testing.T) {
 	nodeenv.Must(t, err, "module root")
 	blocks := shellBlocks(t, filepath.Join(root, getStartedPage))
 
-	reg := startRegistry(e.T, e.N.IP)
+	reg := testenv.Registry(e.T, servers.RegistryOptions{Addr: net.JoinHostPort(e.N.IP, "0")}).Host
 	nodeenv.Must(t, e.N.AllowPlainHTTPRegistry(reg), "let the node pull from the registry")
 	site := e.NewSiteRepo(t, "getstarted-site")
 	site.Push(t, "first content", map[string]string{
@@ -315,14 +314,3 @@ func mergeValues(t *testing.T, file string, over map[string]any) {
 	t.Logf("%s with what this cluster adds:\n%s", filepath.Base(file), merged)
 }
 
-// startRegistry serves an OCI registry on host (plain HTTP) until t ends; it returns its
-// host:port.
-func startRegistry(t *testing.T, host string) string {
-	t.Helper()
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	nodeenv.Must(t, err, "listen for the registry")
-	srv := &http.Server{Handler: registry.New(registry.Logger(log.New(io.Discard, "", 0))), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return l.Addr().String()
-}

@@ -14,6 +14,7 @@ import (
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/decofile/source"
+	"github.com/siteops/siteops/internal/servers"
 	"github.com/siteops/siteops/internal/testenv"
 )
 
@@ -93,5 +94,43 @@ func TestKstatus(t *testing.T) {
 	}
 	if meta.FindStatusCondition(fixed.Status.Conditions, decov1.ConditionStalled) != nil {
 		t.Fatalf("Stalled left after the fix: %+v", fixed.Status.Conditions)
+	}
+}
+
+// TestKstatusSourceDownWithContentStored: a source that goes down after content was stored is a
+// transient failure: Ready=False with Reconciling=True, kstatus InProgress (never Failed), the
+// content kept; it reads Current again once the source answers.
+func TestKstatusSourceDownWithContentStored(t *testing.T) {
+	e := start(t)
+	remote := testenv.GitRemote(t, servers.GitRemoteOptions{})
+	url, err := remote.CreateRepo("down", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	testenv.Git(t, work, "init", "-q", "-b", "main")
+	first := pushFiles(t, work, url, map[string]string{"blocks/a.json": `{"v":1}`})
+	ns := e.c.Namespace(t, "kstatus-down", nil)
+	e.create(t, &decov1.Decofile{ObjectMeta: metav1.ObjectMeta{Name: "site", Namespace: ns},
+		Spec: decov1.DecofileSpec{Source: decov1.SourceGit, Git: &decov1.GitSource{URL: url, Path: "blocks"}}})
+	e.waitReady(t, ns, "site", metav1.ConditionTrue, decov1.ReasonSucceeded, nil)
+
+	remote.SetFault(&servers.GitFault{Refuse: true})
+	e.poke(t, ns, "site")
+	down := e.waitReady(t, ns, "site", metav1.ConditionFalse, source.ReasonUnavailable, nil)
+	if res := kstatusOf(t, down); res.Status != status.InProgressStatus {
+		t.Fatalf("source down: kstatus %s (%s), want InProgress", res.Status, res.Message)
+	}
+	if !meta.IsStatusConditionTrue(down.Status.Conditions, decov1.ConditionReconciling) || meta.FindStatusCondition(down.Status.Conditions, decov1.ConditionStalled) != nil {
+		t.Fatalf("source down: conditions %+v, want Reconciling=True and no Stalled", down.Status.Conditions)
+	}
+	if down.Status.Revision() != first || e.configMap(t, ns, "site").Data[decov1.KeyJSON] != `{"a":{"v":1}}` {
+		t.Fatalf("source down: revision %s and the content not kept", down.Status.Revision())
+	}
+
+	remote.SetFault(nil)
+	back := e.waitReady(t, ns, "site", metav1.ConditionTrue, "", nil)
+	if res := kstatusOf(t, back); res.Status != status.CurrentStatus {
+		t.Fatalf("source back: kstatus %s (%s), want Current", res.Status, res.Message)
 	}
 }
