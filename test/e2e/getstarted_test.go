@@ -313,4 +313,3 @@ func mergeValues(t *testing.T, file string, over map[string]any) {
 	nodeenv.Must(t, os.WriteFile(file, merged, 0o600), "write %s", file)
 	t.Logf("%s with what this cluster adds:\n%s", filepath.Base(file), merged)
 }
-
