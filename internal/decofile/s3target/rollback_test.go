@@ -99,9 +99,10 @@ func TestBadPublishToS3IsRolledBack(t *testing.T) {
 		}
 	}
 	hasEvent(t, c, df, corev1.EventTypeWarning, rollout.ReasonRolledBack, "store-0")
-	// The delivery controller does not upload the rolled-back version again, and a pod that
-	// starts now loads the good content from the bucket.
-	waitReady(t, c, df, metav1.ConditionTrue, decov1.ReasonS3Uploaded, nil)
+	// The delivery controller does not upload the rolled-back version again (Ready=False,
+	// RolledBack, until the source changes), and a pod that starts now loads the good content
+	// from the bucket.
+	waitReady(t, c, df, metav1.ConditionFalse, rollout.ReasonRolledBack, nil)
 	if late := startPod(t, c, sh, dep, df, "store-3"); late.Current().Hash != goodHash {
 		t.Fatalf("a pod started after the rollback loaded %s", late.Current().Decofile)
 	}
