@@ -550,6 +550,19 @@ func (d *Decofile) TargetOrDefault() TargetType {
 // ConfigMapName is the ConfigMap the controller writes and the webhook mounts.
 func (d *Decofile) ConfigMapName() string { return "decofile-" + d.Name }
 
+// LastGoodConfigMapName is the ConfigMap keeping the last content every pod confirmed under
+// spec.rollout. The dot keeps it apart from every Decofile's own ConfigMap: Decofile names are
+// DNS labels, so "decofile-<name>" never contains one.
+func (d *Decofile) LastGoodConfigMapName() string { return d.ConfigMapName() + ".last-good" }
+
+// RollingBack reports whether a progressive rollout asked for the last good content to be
+// stored again in place of the current one, and the delivery controller has not done so yet.
+func (d *Decofile) RollingBack() bool {
+	ro, lg := d.Status.Rollout, d.Status.LastGood
+	return ro != nil && ro.Phase == PhaseRollingBack && ro.FailedHash != "" && ro.FailedHash == d.Status.ContentHash &&
+		lg != nil && lg.ContentHash != "" && lg.ContentHash != ro.FailedHash
+}
+
 // ReloadSecretName is the Secret holding the workload's stable reload token.
 func (d *Decofile) ReloadSecretName() string { return "decofile-" + d.Name + "-reload" }
 

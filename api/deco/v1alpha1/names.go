@@ -93,6 +93,13 @@ const (
 	ReasonTargetNotSupported = "TargetNotSupported"
 	// ReasonTooLarge: even the compressed form does not fit in a ConfigMap.
 	ReasonTooLarge = "TooLarge"
+	// ReasonRolledBack: a progressive rollout rejected the source's version and the last good
+	// content is stored again (Ready=False, Stalled=True until the source changes); also the
+	// PodsNotified reason once the pods have it back.
+	ReasonRolledBack = "RolledBack"
+	// ReasonRollbackFailed: a progressive rollout rejected the source's version and the last
+	// good content could not be restored; the pods reached keep the rejected version.
+	ReasonRollbackFailed = "RollbackFailed"
 	// ReasonDeploymentIDConflict: an older Decofile of the namespace has the same deploymentId;
 	// this one is not delivered (they would share pods and an S3 object).
 	ReasonDeploymentIDConflict = "DeploymentIDConflict"
@@ -103,3 +110,8 @@ const (
 	// ReasonNotificationFailed: at least one pod did not confirm the current content.
 	ReasonNotificationFailed = "NotificationFailed"
 )
+
+// PhaseRollingBack is status.rollout.phase while a progressive rollout's rollback runs: the
+// rollout controller asks the delivery controller, which owns the stored content, to store the
+// last good content again, and then sends it to the pods.
+const PhaseRollingBack = "RollingBack"

@@ -216,7 +216,8 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		Named("decofile-delivery").
 		// Only spec changes (generation) and annotation changes (a forced refresh) start a
 		// reconcile: this controller's own status writes, and the rollout controller's, do not.
-		For(&decov1.Decofile{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		// A rollback's request to store the last good content again (Decofile.RollingBack) too.
+		For(&decov1.Decofile{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, rollbackRequested))).
 		// Metadata only: the manager must not cache every ConfigMap and Secret of the cluster.
 		// A changed or deleted ConfigMap is checked and restored; a deleted reload Secret is recreated.
 		// A created one is not: it is this controller's own write (or, at start, one whose
@@ -237,6 +238,19 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	}
 	b = r.watchAnnouncers(mgr, b)
 	return b.Complete(r)
+}
+
+// rollbackRequested lets through the update that asks this controller to store the last good
+// content again for a progressive rollout's rollback.
+var rollbackRequested = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*decov1.Decofile)
+		n, ok2 := e.ObjectNew.(*decov1.Decofile)
+		return ok1 && ok2 && n.RollingBack() && !o.RollingBack()
+	},
 }
 
 // outcome is what one reconcile decided, before it is recorded in status.
@@ -307,6 +321,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		out = outcome{reason: ReasonStoreFailed, err: err, transient: true}
 	} else if holder != nil {
 		out = conflict(&df, holder)
+	} else if df.RollingBack() {
+		out = r.restoreLastGood(ctx, &df, next)
 	} else {
 		out = r.deliver(ctx, &df, next)
 	}

@@ -84,6 +84,9 @@ type Reconciler struct {
 
 	mu       sync.Mutex
 	failures map[string]failure
+	// pendingRollbacks holds, per Decofile, the rollback waiting for the delivery controller to
+	// store the last good content again (see rollBack).
+	pendingRollbacks sync.Map // key → pendingRollback
 	// loads holds a slot per content being loaded.
 	loads chan struct{}
 	// memory is what running push rollouts may hold.
@@ -188,9 +191,17 @@ func changePredicate() predicate.Predicate {
 			return o.Generation != n.Generation ||
 				o.Status.ContentHash != n.Status.ContentHash ||
 				o.Status.NotifiedHash != n.Status.NotifiedHash ||
-				o.Status.Timestamp != n.Status.Timestamp
+				o.Status.Timestamp != n.Status.Timestamp ||
+				readyReason(o) != readyReason(n) // the delivery controller could not restore for a rollback
 		},
 	}
+}
+
+func readyReason(df *decov1alpha1.Decofile) string {
+	if c := meta.FindStatusCondition(df.Status.Conditions, decov1alpha1.ConditionReady); c != nil {
+		return c.Reason
+	}
+	return ""
 }
 
 func readyStatus(df *decov1alpha1.Decofile) metav1.ConditionStatus {
@@ -210,6 +221,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if apierrors.IsNotFound(err) {
 			r.stopRunner(key)
 			r.forget(key)
+			r.pendingRollbacks.Delete(key)
 			r.written.Forget(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
@@ -238,6 +250,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// Gated on the stored content, not on Ready: a source that is down (Ready=False) leaves the
 	// content stored before it, and pods that missed it are still retried.
 	hash := df.Status.ContentHash
+	if restoredForRollback(&df) {
+		// The delivery controller stored the last good content again: the pods get it back.
+		r.startRunner(ctx, &df, hash)
+		return ctrl.Result{}, nil
+	}
 	if hash == "" || hash == df.Status.NotifiedHash {
 		if hash != "" && hash == df.Status.NotifiedHash {
 			r.forget(key)
@@ -254,6 +271,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{}, nil
 }
 
+// restoredForRollback reports whether the delivery controller stored the last good content again
+// for a rollback that has yet to send it to the pods.
+func restoredForRollback(df *decov1alpha1.Decofile) bool {
+	ro, lg := df.Status.Rollout, df.Status.LastGood
+	return ro != nil && ro.Phase == PhaseRollingBack && lg != nil && df.Status.ContentHash != "" &&
+		df.Status.ContentHash != ro.FailedHash && df.Status.ContentHash == lg.ContentHash
+}
+
 // rollout loads the stored content of df, notifies its pods and records the outcome. It returns
 // how long to wait before the Decofile is looked at again (0: the status change that ends the
 // rollout triggers the next reconcile by itself).
@@ -264,10 +289,15 @@ func (r *Reconciler) rollout(ctx context.Context, df *decov1alpha1.Decofile, has
 	log = log.WithValues("rollout", id, "contentHash", hash)
 	ctx = logf.IntoContext(ctx, log)
 
-	resuming := df.Status.Rollout != nil && df.Status.Rollout.FailedHash == hash
+	if df.Status.Rollout != nil && df.Status.Rollout.FailedHash == hash {
+		// A rollback rejected this version: the delivery controller is storing the last good
+		// content again, or could not.
+		return r.waitRollback(ctx, df, id)
+	}
+	restoring := restoredForRollback(df)
 	var pods []corev1.Pod
 	var view *podView
-	if !resuming {
+	if !restoring {
 		var err error
 		if pods, view, err = listPods(ctx, r.reader, df, podListMaxAge(r.notifier.Config().Backoff)); err != nil {
 			log.Info("could not list pods; will retry", "error", err.Error())
@@ -287,9 +317,8 @@ func (r *Reconciler) rollout(ctx context.Context, df *decov1alpha1.Decofile, has
 		return 0 // stopped or superseded
 	}
 	defer body.drop()
-	if resuming {
-		// A rollback of this version did not end: finish it.
-		return r.resumeRollback(ctx, df, hash, id)
+	if restoring {
+		return r.finishRollback(ctx, df, body)
 	}
 	loader, ok := r.opts.Loaders[df.TargetOrDefault()]
 	if !ok {

@@ -17,11 +17,8 @@ import (
 )
 
 // LastGoodConfigMapName is the ConfigMap keeping the last content every pod confirmed under
-// spec.rollout. The dot keeps it apart from every Decofile's own ConfigMap: Decofile names are
-// DNS labels, so "decofile-<name>" never contains one.
-func LastGoodConfigMapName(df *decov1alpha1.Decofile) string {
-	return df.ConfigMapName() + ".last-good"
-}
+// spec.rollout (Decofile.LastGoodConfigMapName).
+func LastGoodConfigMapName(df *decov1alpha1.Decofile) string { return df.LastGoodConfigMapName() }
 
 // errNoLastGood says there is no intact copy of earlier content to roll back to.
 var errNoLastGood = errors.New("no last good content kept")

@@ -24,7 +24,7 @@ const (
 	PhaseNotifying   = "Notifying"
 	PhasePausing     = "Pausing"
 	PhaseChecking    = "Checking"
-	PhaseRollingBack = "RollingBack"
+	PhaseRollingBack = decov1alpha1.PhaseRollingBack
 	PhaseRolledBack  = "RolledBack"
 	PhaseSucceeded   = "Succeeded"
 	PhaseFailed      = "Failed"
@@ -34,10 +34,10 @@ const (
 const (
 	// ReasonRolledBack: a step failed; the pods it reached and the store got the last good
 	// content back, and the failed version is not rolled out again until the source changes.
-	ReasonRolledBack = "RolledBack"
+	ReasonRolledBack = decov1alpha1.ReasonRolledBack
 	// ReasonRollbackFailed: a step failed and there was no intact last good content to go back
 	// to (or restoring it failed); the pods reached keep the failed version.
-	ReasonRollbackFailed = "RollbackFailed"
+	ReasonRollbackFailed = decov1alpha1.ReasonRollbackFailed
 	// ReasonInvalidRollout: spec.rollout cannot be planned (a Decofile stored past the CRD rules).
 	ReasonInvalidRollout = "InvalidRollout"
 )

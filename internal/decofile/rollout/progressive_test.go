@@ -381,6 +381,43 @@ func TestBadPublishIsRolledBack(t *testing.T) {
 			t.Fatalf("%s serves %s", p.pod.Name, p.rt.Current().Decofile)
 		}
 	}
+
+	// A delivery racing a rollback: new good content is published the moment the rollback of a
+	// bad one is asked for, so it reaches the delivery controller before or after the last good
+	// content is stored again. Either way the status, the ConfigMap and every pod end on it.
+	edit(`{"shoe":{"price":-1,"sale":true}}`)
+	raceBad := mergedHash(t, map[string]string{"products": `{"shoe":{"price":-1,"sale":true}}`})
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if ro := e.get(df).Status.Rollout; ro == nil || ro.FailedHash != raceBad {
+			return fmt.Errorf("rollback of the bad content not asked for yet: %+v", ro)
+		}
+		return nil
+	})
+	edit(`{"shoe":{"price":14}}`)
+	final := mergedHash(t, map[string]string{"products": `{"shoe":{"price":14}}`})
+	testenv.Eventually(t, 30*time.Second, func() error {
+		got := e.get(df)
+		c := meta.FindStatusCondition(got.Status.Conditions, decov1alpha1.ConditionPodsNotified)
+		ready := meta.FindStatusCondition(got.Status.Conditions, decov1alpha1.ConditionReady)
+		if got.Status.ContentHash != final || got.Status.NotifiedHash != final || c == nil || c.Status != metav1.ConditionTrue || ready == nil || ready.Status != metav1.ConditionTrue {
+			return fmt.Errorf("after the race: %+v", got.Status)
+		}
+		return nil
+	})
+	got = e.get(df)
+	var cm corev1.ConfigMap
+	if err := e.c.Client.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: df.ConfigMapName()}, &cm); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := encode.Decode(got.Status.Format, cm.Data[keyFor(got.Status.Format)], 1<<20)
+	if err != nil || encode.Hash(stored) != final || cm.Data[decov1alpha1.KeyTimestamp] != fmt.Sprint(got.Status.Timestamp) {
+		t.Fatalf("after the race the ConfigMap holds %s (ts %s, status %d), %v", stored, cm.Data[decov1alpha1.KeyTimestamp], got.Status.Timestamp, err)
+	}
+	for _, p := range pods {
+		if p.rt.Current().Hash != final {
+			t.Fatalf("after the race %s serves %s", p.pod.Name, p.rt.Current().Decofile)
+		}
+	}
 }
 
 // statusRecorder remembers the status a handler answered.

@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -12,7 +13,6 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
-	"github.com/siteops/siteops/internal/decofile/controller"
 	"github.com/siteops/siteops/internal/decofile/notify"
 )
 
@@ -32,26 +32,27 @@ func (r *Reconciler) rollback(ctx context.Context, run *stepRun, why string, pro
 	return r.rollBack(ctx, run.df, run.hash, run.id, run.startedAt, fmt.Sprintf("%s: %s", why, problemList(problems)), restore)
 }
 
-// resumeRollback finishes a rollback that did not end (the manager stopped during it): the
-// status still names the failed version. Every pod gets the last good content, since which of
-// them the failed version reached is no longer known.
-func (r *Reconciler) resumeRollback(ctx context.Context, df *decov1alpha1.Decofile, hash, id string) time.Duration {
-	return r.rollBack(ctx, df, hash, id, metav1.Now(), "an interrupted rollback was resumed", func(*corev1.Pod) bool { return true })
-}
-
-// rollBack restores the last good content, in an order that keeps every reader consistent:
-//  1. status.rollout.failedHash/failedCommit first: from then on the delivery controller does not
-//     store the failed version again, whatever it finds in the ConfigMap meanwhile;
-//  2. the ConfigMap (for s3, the object) gets the last good stored value back, under a new
-//     timestamp (pods ignore an update older than the one they serve), so pods that start load
-//     the good content;
-//  3. the status names the restored content (contentHash, storedHash, timestamp, commit);
-//  4. the pods restore selects are sent it;
-//  5. PodsNotified=False, reason RolledBack, naming the failed step and pods, and a Warning Event.
+// rollBack rolls back a failed version, in an order that keeps every reader consistent. The
+// stored content and the status fields describing it have one owner, the delivery controller,
+// so this controller asks it for the last good content rather than writing it behind it:
+//  1. status.rollout records the failed version (failedHash/failedCommit) and phase RollingBack:
+//     from then on the delivery controller does not store the failed version again, and it
+//     takes this as the request to store the last good content again (Decofile.RollingBack);
+//  2. the delivery controller checks the kept copy against status.lastGood, writes it back under
+//     a new timestamp (pods ignore an update older than the one they serve) and names it in the
+//     status, with Ready=False and Stalled=True, reason RolledBack;
+//  3. that status write brings the Decofile back here (finishRollback): the pods restore selects
+//     are sent the restored content;
+//  4. PodsNotified=False, reason RolledBack, naming the failed step and pods, and a Warning Event.
+//
+// Without an intact last good copy there is nothing to ask for: the rollback fails here, and the
+// pods reached keep the failed version.
 func (r *Reconciler) rollBack(ctx context.Context, df *decov1alpha1.Decofile, hash, id string, startedAt metav1.Time, why string, restore func(*corev1.Pod) bool) time.Duration {
 	log := logf.FromContext(ctx).WithValues("failedHash", hash)
 	key := client.ObjectKeyFromObject(df)
 	commit := df.Status.Revision()
+	// Remembered before the request: the delivery controller may answer before this returns.
+	r.pendingRollbacks.Store(key.String(), pendingRollback{id: id, why: why, restore: restore})
 	var fresh *decov1alpha1.Decofile
 	if err := r.patchStatus(ctx, key, func(d *decov1alpha1.Decofile) bool {
 		fresh = nil
@@ -68,85 +69,96 @@ func (r *Reconciler) rollBack(ctx context.Context, df *decov1alpha1.Decofile, ha
 		setCondition(d, metav1.ConditionUnknown, decov1alpha1.ReasonNotificationInProgress, fmt.Sprintf("Rolling back %s: %s", id, why))
 		return true
 	}); err != nil {
+		r.pendingRollbacks.Delete(key.String())
 		log.Info("could not record the failed version; will retry", "error", err.Error())
 		return r.opts.RetryBase
 	}
 	if fresh == nil {
+		r.pendingRollbacks.Delete(key.String())
 		return 0
 	}
 	log.Info("rolling back", "why", why)
-
-	lg, good, value, err := r.lastGood(ctx, fresh)
-	if err != nil {
+	if _, _, _, err := r.lastGood(ctx, fresh); err != nil {
+		r.pendingRollbacks.Delete(key.String())
 		return r.endRollback(ctx, fresh, id, ReasonRollbackFailed,
 			fmt.Sprintf("Failed to roll back %s: %s; %v, so the pods reached keep it; it is not rolled out further until the source changes", id, why, err), "")
 	}
-	ts := max(time.Now().Unix(), fresh.Status.Timestamp+1, lg.Timestamp+1)
-	if err := r.restoreStored(ctx, fresh, lg, good, value, ts); err != nil {
-		log.Info("could not restore the stored content; will retry", "error", err.Error())
-		return r.opts.RetryBase // the status still names the failed version: the retry resumes the rollback
-	}
-	var goodID string
-	if err := r.patchStatus(ctx, key, func(d *decov1alpha1.Decofile) bool {
-		goodID = ""
-		if d.Status.ContentHash != hash {
-			return false
-		}
-		s := &d.Status
-		s.ContentHash, s.StoredHash, s.Format, s.RawBytes, s.StoredBytes, s.Timestamp = lg.ContentHash, lg.StoredHash, lg.Format, lg.RawBytes, lg.StoredBytes, ts
-		s.SourceType, s.GitHubCommit, s.ShortCommit = lg.SourceType, lg.GitHubCommit, shortSHA(lg.GitHubCommit)
-		now := metav1.Now()
-		s.LastUpdated = &now
-		s.Artifact = decov1alpha1.StoredArtifact(s, lg.SourceRevision())
-		if d.TargetOrDefault() == decov1alpha1.TargetConfigMap {
-			s.ConfigMapName = d.ConfigMapName()
-		}
-		// Claimed now, confirmed below: a reconcile in between must not start a rollout of the
-		// restored content beside this one.
-		s.NotifiedHash = lg.ContentHash
-		goodID = decov1alpha1.RolloutID(s)
-		// The desired version is not what pods serve, and will not be until the source changes:
-		// kstatus (Flux health checks, kubectl wait, Argo CD) reads Failed, not Current.
-		msg := fmt.Sprintf("rolled back to %s (stored again at timestamp %d): %s failed its progressive rollout; the source's version is not stored again until it changes", goodID, ts, id)
-		for _, t := range []string{decov1alpha1.ConditionReady, decov1alpha1.ConditionStalled} {
-			status := metav1.ConditionFalse
-			if t == decov1alpha1.ConditionStalled {
-				status = metav1.ConditionTrue
-			}
-			meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: t, Status: status, Reason: ReasonRolledBack, Message: msg, ObservedGeneration: d.Generation})
-		}
-		meta.RemoveStatusCondition(&s.Conditions, decov1alpha1.ConditionReconciling)
-		return true
-	}); err != nil {
-		log.Info("could not record the restored content; will retry", "error", err.Error())
-		return r.opts.RetryBase
-	}
-	if goodID == "" {
-		return 0 // newer content arrived
-	}
+	return 0 // the delivery controller's status write brings the Decofile back (finishRollback)
+}
 
-	token, err := r.reloadToken(ctx, fresh)
+// pendingRollback is what a rollback asked of the delivery controller for, kept until the
+// restored content is sent to the pods: which pods get it back and why.
+type pendingRollback struct {
+	id, why string
+	restore func(*corev1.Pod) bool
+}
+
+// waitRollback is the rollout of a version a rollback rejected (status.rollout.failedHash): the
+// delivery controller has yet to store the last good content again, or could not. A rollback
+// cut short by a manager restart needs nothing more here: the delivery controller takes the
+// request up at start, and finishRollback sends every pod the restored content.
+func (r *Reconciler) waitRollback(ctx context.Context, df *decov1alpha1.Decofile, id string) time.Duration {
+	ro := df.Status.Rollout
+	ready := meta.FindStatusCondition(df.Status.Conditions, decov1alpha1.ConditionReady)
+	if ro.Phase == PhaseRollingBack && ready != nil && ready.Reason == ReasonRollbackFailed && ready.ObservedGeneration == df.Generation {
+		r.pendingRollbacks.Delete(client.ObjectKeyFromObject(df).String())
+		return r.endRollback(ctx, df, ro.FailedID, ReasonRollbackFailed, "Failed to roll back: "+ready.Message, "")
+	}
+	if ro.Phase == PhaseRollingBack && !df.RollingBack() {
+		// No intact last good copy to ask for (the rollback was cut short before it checked).
+		return r.rollBack(ctx, df, ro.FailedHash, id, metav1.Now(), "an interrupted rollback was resumed", func(*corev1.Pod) bool { return true })
+	}
+	return 0
+}
+
+// finishRollback sends the content the delivery controller stored again for a rollback to the
+// pods the failed version may have reached, and ends the rollback. After a manager restart,
+// which pods those were is no longer known: every pod gets it.
+func (r *Reconciler) finishRollback(ctx context.Context, df *decov1alpha1.Decofile, body *pushBody) time.Duration {
+	key := client.ObjectKeyFromObject(df).String()
+	ro := df.Status.Rollout
+	p := pendingRollback{id: ro.FailedID, why: "an interrupted rollback was resumed", restore: func(*corev1.Pod) bool { return true }}
+	if v, ok := r.pendingRollbacks.Load(key); ok && v.(pendingRollback).id == ro.FailedID {
+		p = v.(pendingRollback)
+	}
+	goodID := decov1alpha1.RolloutID(&df.Status)
+	loader, ok := r.opts.Loaders[df.TargetOrDefault()]
+	if !ok {
+		return r.endRollback(ctx, df, p.id, ReasonRolledBack, fmt.Sprintf("Rolled back %s: %s; the store is back on %s, but no loader for target %q can send it to the pods", p.id, p.why, goodID, df.TargetOrDefault()), "")
+	}
+	content, err := r.load(ctx, loader, df)
+	if errors.Is(err, ErrNotYetStored) {
+		return notYetStoredDelay
+	}
 	var res notify.Result
 	if err == nil {
-		var pods []corev1.Pod
-		var view *podView
-		if pods, view, err = listPods(ctx, r.reader, fresh, podListMaxAge(r.notifier.Config().Backoff)); err == nil {
-			var targets []notify.Pod
-			for i := range pods {
-				if restore(&pods[i]) {
-					targets = append(targets, Target(&pods[i]))
+		body.set(content)
+		var token string
+		if token, err = r.reloadToken(ctx, df); err == nil {
+			var pods []corev1.Pod
+			var view *podView
+			if pods, view, err = listPods(ctx, r.reader, df, podListMaxAge(r.notifier.Config().Backoff)); err == nil {
+				var targets []notify.Pod
+				for i := range pods {
+					if p.restore(&pods[i]) {
+						targets = append(targets, Target(&pods[i]))
+					}
 				}
+				n := notify.Rollout{ID: "rollback of " + p.id, Protocol: r.opts.Protocol, Timestamp: df.Status.Timestamp, Token: token,
+					Pods: targets, Refresh: view.refresh}
+				if r.opts.Protocol == notify.ProtocolPush {
+					n.Body = body.body
+				}
+				res = r.notifier.Run(ctx, n)
 			}
-			ro := notify.Rollout{ID: "rollback of " + id, Protocol: r.opts.Protocol, Timestamp: ts, Token: token,
-				Pods: targets, Refresh: view.refresh}
-			if r.opts.Protocol == notify.ProtocolPush {
-				ro.Body = notify.PushBody(ts, good)
-			}
-			res = r.notifier.Run(ctx, ro)
 		}
 	}
-	msg := fmt.Sprintf("Rolled back %s: %s; the store and %d pods are back on %s", id, why, res.Notified, goodID)
-	notified := lg.ContentHash
+	if ctx.Err() != nil {
+		return 0 // stopped or superseded; the pending rollback is resumed by the next run
+	}
+	r.pendingRollbacks.Delete(key)
+	msg := fmt.Sprintf("Rolled back %s: %s; the store and %d pods are back on %s", p.id, p.why, res.Notified, goodID)
+	notified := df.Status.ContentHash
 	switch {
 	case err != nil:
 		msg += fmt.Sprintf("; the pods could not be told: %v", err)
@@ -155,16 +167,7 @@ func (r *Reconciler) rollBack(ctx context.Context, df *decov1alpha1.Decofile, ha
 		msg += fmt.Sprintf("; %d pods did not take it back (%s)", res.Failed, failureReason(res, r.notifier.Config().Timeout))
 		notified = "" // the regular rollout retries them with backoff
 	}
-	return r.endRollback(ctx, fresh, id, ReasonRolledBack, msg, notified)
-}
-
-// restoreStored puts the last good content back where df's target keeps it: the ConfigMap (its
-// stored value, as it was), or the target's LastGoodStore (s3: the object is uploaded again).
-func (r *Reconciler) restoreStored(ctx context.Context, df *decov1alpha1.Decofile, lg *decov1alpha1.StoredContent, good []byte, value string, ts int64) error {
-	if store, ok := r.lastGoodStore(df); ok {
-		return store.Restore(ctx, df, good, lg.ContentHash, ts)
-	}
-	return controller.RestoreConfigMap(ctx, r.client, r.reader, df, lg.Format, value, lg.ContentHash, ts)
+	return r.endRollback(ctx, df, p.id, ReasonRolledBack, msg, notified)
 }
 
 // endRollback records the end of a rollback: PodsNotified=False with reason and message, the
@@ -200,11 +203,4 @@ func (r *Reconciler) endRollback(ctx context.Context, df *decov1alpha1.Decofile,
 	r.recorder.Eventf(df, nil, corev1.EventTypeWarning, reason, "Rollback", "%s", msg)
 	logf.FromContext(ctx).Info("progressive rollout rolled back", "reason", reason, "message", msg)
 	return 0
-}
-
-func shortSHA(sha string) string {
-	if len(sha) > 7 {
-		return sha[:7]
-	}
-	return sha
 }

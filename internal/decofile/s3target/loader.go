@@ -57,11 +57,7 @@ func (l Loader) KeepLastGood(ctx context.Context, df *decov1.Decofile, content [
 
 // LoadLastGood implements rollout.LastGoodStore: the last good copy, at most limit bytes.
 func (l Loader) LoadLastGood(ctx context.Context, df *decov1.Decofile, limit int64) ([]byte, error) {
-	obj, err := l.Store.get(ctx, df, l.Store.LastGoodKey(df), limit)
-	if err != nil {
-		return nil, err
-	}
-	return obj.JSON, nil
+	return l.Store.LoadLastGood(ctx, df, limit)
 }
 
 // Restore implements rollout.LastGoodStore: content is uploaded again as df's object, under

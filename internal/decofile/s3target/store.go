@@ -112,6 +112,15 @@ const LastGoodSuffix = ".last-good"
 // sits beside the object and no other Decofile's key (which ends in decofile.json) is ever it.
 func (s *Store) LastGoodKey(df *decov1.Decofile) string { return s.Key(df) + LastGoodSuffix }
 
+// LoadLastGood reads df's last good copy (LastGoodKey), at most limit bytes.
+func (s *Store) LoadLastGood(ctx context.Context, df *decov1.Decofile, limit int64) ([]byte, error) {
+	obj, err := s.get(ctx, df, s.LastGoodKey(df), limit)
+	if err != nil {
+		return nil, err
+	}
+	return obj.JSON, nil
+}
+
 // Put uploads the merged JSON of df, uncompressed: the runtime's HTTP loader does
 // fetch → JSON.parse and decodes nothing. no-cache makes a CDN revalidate on every cold start.
 func (s *Store) Put(ctx context.Context, df *decov1.Decofile, body []byte, hash string, ts int64) error {
