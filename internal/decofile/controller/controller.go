@@ -7,6 +7,19 @@
 // be written by the tenant. So whether the ConfigMap still holds what was stored is decided from
 // status.storedHash, never from the ConfigMap's own annotations, and anything else found there is
 // restored with a Warning Event.
+//
+// Status ownership: this controller alone writes the stored content (ConfigMap, S3 object) and
+// the status fields that describe it, Ready, Reconciling and Stalled; the rollout controller
+// alone writes notifiedHash, rollout, lastGood, history and PodsNotified, and asks this one to
+// store the last good content for a rollback (Decofile.RollingBack). Both write through
+// StatusWriter: a status update without the spec, carrying the Decofile's UID and
+// resourceVersion as preconditions, that copies only the writer's own fields. On a conflict the
+// write is retried on a fresh read with the same decision, which is sound because no other
+// writer touches those fields: the conflicting write was the other controller's. Flux's patch
+// helper was weighed: it diffs and reads back the whole object, inline content included
+// (megabytes per write). Server-side apply with one field manager per controller would also
+// keep the owners apart, at the cost of managedFields on every Decofile; the update above does
+// it with the status alone on the wire.
 package controller
 
 import (
@@ -266,7 +279,7 @@ type outcome struct {
 	// busy: every retrieval slot was taken, so nothing was read; the Decofile is looked at
 	// again shortly, without a status write.
 	busy bool
-	// commit is the resolved commit (github and git sources), also when delivery failed.
+	// commit is the resolved revision (kinds with revisions), also when delivery failed.
 	commit string
 	// restored: the ConfigMap held something the operator did not store and was rewritten.
 	restored bool
