@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -138,15 +139,11 @@ func (r *Registry) PushLayer(repo, tag string, layer []byte, mt types.MediaType)
 	if err != nil {
 		return "", err
 	}
-	img, err := mutate.AppendLayers(mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), FluxConfigMediaType), static.NewLayer(layer, mt))
+	img, err := artifact(layer, mt)
 	if err != nil {
 		return "", err
 	}
-	auth := authn.Anonymous
-	if r.opts.Username != "" {
-		auth = &authn.Basic{Username: r.opts.Username, Password: r.opts.Password}
-	}
-	if err := remote.Write(ref, img, remote.WithAuth(auth)); err != nil {
+	if err := remote.Write(ref, img, remote.WithAuth(r.auth())); err != nil {
 		return "", fmt.Errorf("push %s: %w", ref, err)
 	}
 	d, err := img.Digest()
@@ -154,6 +151,40 @@ func (r *Registry) PushLayer(repo, tag string, layer []byte, mt types.MediaType)
 		return "", err
 	}
 	return d.String(), nil
+}
+
+// PushIndex pushes an OCI index holding one artifact of files to repo:tag, as a multi-platform
+// push would.
+func (r *Registry) PushIndex(repo, tag string, files map[string]string) error {
+	layer, err := TarGz(files)
+	if err != nil {
+		return err
+	}
+	ref, err := name.ParseReference(r.Host+"/"+repo+":"+tag, name.Insecure)
+	if err != nil {
+		return err
+	}
+	img, err := artifact(layer, FluxContentMediaType)
+	if err != nil {
+		return err
+	}
+	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), mutate.IndexAddendum{Add: img})
+	if err := remote.WriteIndex(ref, idx, remote.WithAuth(r.auth())); err != nil {
+		return fmt.Errorf("push %s: %w", ref, err)
+	}
+	return nil
+}
+
+// artifact is an OCI manifest with Flux's config media type and one layer of media type mt.
+func artifact(layer []byte, mt types.MediaType) (v1.Image, error) {
+	return mutate.AppendLayers(mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), FluxConfigMediaType), static.NewLayer(layer, mt))
+}
+
+func (r *Registry) auth() authn.Authenticator {
+	if r.opts.Username != "" {
+		return &authn.Basic{Username: r.opts.Username, Password: r.opts.Password}
+	}
+	return authn.Anonymous
 }
 
 // TarGz is a gzip-compressed tar of files (path → content), in path order.

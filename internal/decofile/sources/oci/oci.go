@@ -151,7 +151,14 @@ func (k *Kind) download(ctx context.Context, at name.Digest, folder string, auth
 	}
 	defer done()
 	what := "download " + at.String()
-	img, err := remote.Image(at, k.options(ctx, auth)...)
+	desc, err := remote.Get(at, k.options(ctx, auth)...)
+	if err != nil {
+		return nil, failure(ctx, what, err)
+	}
+	if desc.MediaType.IsIndex() {
+		return nil, kind.Invalid("%s is an index of several manifests, not one artifact: name the artifact's own manifest by @sha256:digest", at)
+	}
+	img, err := desc.Image()
 	if err != nil {
 		return nil, failure(ctx, what, err)
 	}

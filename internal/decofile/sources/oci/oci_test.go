@@ -182,6 +182,20 @@ func TestArtifactWithoutAFolderLayer(t *testing.T) {
 	}
 }
 
+// TestIndexIsInvalidContent: an index of several manifests is not one artifact; it is refused
+// for good (a change of the URL fixes it), not retried.
+func TestIndexIsInvalidContent(t *testing.T) {
+	reg := testenv.Registry(t, servers.RegistryOptions{})
+	k := oci.New(kind.Env{Egress: loopback, Limits: limits})
+	if err := reg.PushIndex("multi", "v1", map[string]string{"blocks/a.json": `{}`}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := resolveAndDownload(t, k, decofile("", reg.URL("multi", "v1")))
+	if reason(err) != source.ReasonInvalidContent || !strings.Contains(err.Error(), "index") {
+		t.Fatalf("%v, want InvalidContent naming the index", err)
+	}
+}
+
 func TestURLsWithoutARegistryHostAreInvalid(t *testing.T) {
 	for _, url := range []string{"oci://shop/decofile:v1", "oci://decofile", "https://registry.example/x:v1", "oci://registry.example/UPPER:v1"} {
 		if _, err := oci.Parse(url); reason(err) != source.ReasonInvalidContent {
