@@ -71,10 +71,6 @@ var errCapped = errors.New("archive limit reached")
 
 func (c *cappedReader) Read(p []byte) (int, error) {
 	if c.left <= 0 {
-		var probe [1]byte
-		if n, err := c.r.Read(probe[:]); n == 0 && err != nil {
-			return 0, err // the stream ended exactly at the limit
-		}
 		c.over = true
 		return 0, errCapped
 	}

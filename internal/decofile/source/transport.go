@@ -181,3 +181,20 @@ func Failure(ctx context.Context, what string, code int, err error) error {
 	}
 	return errorf(ReasonUnavailable, true, "%s: %w; retrying", what, err)
 }
+
+// ReadFailure is the error of reading a downloaded archive, in a retrieval begun with Begin, that
+// failed with err while doing what: a bound of the retrieval or the URL policy when one of them
+// cut the read short, else err itself when it says what is wrong (a *Error), else an invalid
+// archive.
+func ReadFailure(ctx context.Context, what string, err error) error {
+	if o := opFrom(ctx); o != nil {
+		if e := o.classify(ctx, what, err); e != nil {
+			return e
+		}
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return err
+	}
+	return errorf(ReasonInvalidArchive, false, "%s: %w", what, err)
+}

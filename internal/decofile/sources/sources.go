@@ -81,8 +81,8 @@ func (r *Registry) Describe(df *decov1.Decofile) string {
 // Watchers are the kinds whose content other Kubernetes objects announce.
 func (r *Registry) Watchers() []kind.Watcher {
 	var out []kind.Watcher
-	for _, build := range kinds {
-		if w, ok := r.byType[build(kind.Env{}).Type()].(kind.Watcher); ok {
+	for _, k := range r.byType {
+		if w, ok := k.(kind.Watcher); ok {
 			out = append(out, w)
 		}
 	}

@@ -65,8 +65,8 @@ func (*Kind) Type() decov1.SourceType { return decov1.SourceFlux }
 // Remote is true: the artifact is downloaded.
 func (*Kind) Remote() bool { return true }
 
-// init parses the storage URL once and builds a client that may reach that host alone.
-func (k *Kind) init() error {
+// setup parses the storage URL once and builds a client that may reach that host alone.
+func (k *Kind) setup() error {
 	k.once.Do(func() {
 		raw := k.env.FluxStorage
 		if raw == "" {
@@ -106,7 +106,7 @@ func (k *Kind) Resolve(ctx context.Context, df *decov1.Decofile) (kind.Resolutio
 	if ref.Namespace != "" && ref.Namespace != df.Namespace {
 		return kind.Resolution{}, &source.Error{Reason: source.ReasonNotAllowed, Err: fmt.Errorf("spec.sourceRef names %s %s/%s: a Decofile reads Flux sources of its own namespace %s only", ref.Kind, ref.Namespace, ref.Name, df.Namespace)}
 	}
-	if err := k.init(); err != nil {
+	if err := k.setup(); err != nil {
 		return kind.Resolution{}, err
 	}
 	a, err := k.read(ctx, df.Namespace, ref)
@@ -193,17 +193,11 @@ func (k *Kind) download(ctx context.Context, ref *decov1.FluxSourceRef, a artifa
 	body := io.TeeReader(resp.Body, sum)
 	blocks, err := source.ExtractTarGz(body, ref.Path, limits)
 	if err != nil {
-		if se := source.AsError(err); se.Reason != source.ReasonInvalidArchive {
-			return nil, err
-		}
-		if f := source.Failure(ctx, what, 0, err); source.AsError(f).Reason != source.ReasonUnavailable {
-			return nil, f
-		}
-		return nil, err
+		return nil, source.ReadFailure(ctx, what, err)
 	}
 	// The digest covers the whole file: read what the extraction left.
 	if _, err := io.Copy(io.Discard, body); err != nil {
-		return nil, source.Failure(ctx, what, 0, err)
+		return nil, source.ReadFailure(ctx, what, err)
 	}
 	if got := "sha256:" + hex.EncodeToString(sum.Sum(nil)); got != a.digest {
 		return nil, &source.Error{Reason: source.ReasonInvalidArchive, Err: fmt.Errorf("%s: its digest is %s, not the %s its status names; refused", what, got, a.digest)}

@@ -191,16 +191,12 @@ func (k *Kind) download(ctx context.Context, at name.Digest, folder string, auth
 	defer func() { _ = rc.Close() }()
 	blocks, err := source.ExtractTarGz(rc, folder, limits)
 	if err != nil {
-		var se *source.Error
-		if errors.As(err, &se) && se.Reason != source.ReasonInvalidArchive {
-			return nil, err
-		}
-		return nil, failureOr(ctx, what, err)
+		return nil, source.ReadFailure(ctx, what, err)
 	}
 	// Read to the end: the digest is checked there, so a layer that is not the one the
 	// manifest names is refused even when its blocks came before the difference.
 	if _, err := io.Copy(io.Discard, rc); err != nil {
-		return nil, failureOr(ctx, what+": verify the layer's digest", err)
+		return nil, source.ReadFailure(ctx, what+": verify the layer's digest", err)
 	}
 	return blocks, nil
 }
@@ -223,16 +219,6 @@ func failure(ctx context.Context, what string, err error) error {
 		code = te.StatusCode
 	}
 	return source.Failure(ctx, what, code, err)
-}
-
-// failureOr is failure for an error of reading the layer: a bound or the URL policy when one
-// ended it, else an invalid layer.
-func failureOr(ctx context.Context, what string, err error) error {
-	f := source.AsError(failure(ctx, what, err))
-	if f.Reason == source.ReasonUnavailable && ctx.Err() == nil {
-		return &source.Error{Reason: source.ReasonInvalidArchive, Err: fmt.Errorf("%s: %w", what, err)}
-	}
-	return f
 }
 
 // auth reads the registry's credentials from the docker-config Secret spec.oci.secretRef
