@@ -63,12 +63,19 @@ func TestTraceSitePod(t *testing.T) {
 	d.Status.ContentHash = strings.Repeat("fedcba9876543210", 4)
 	cond(&d.Status, decov1.ConditionPodsNotified, metav1.ConditionFalse, decov1.ReasonNotificationFailed, "Failed to notify pods")
 	d.Status.Rollout = &decov1.RolloutStatus{Total: 2, Notified: 1, Failed: 1,
-		Behind: []decov1.PodBehind{{Name: "site-b", Reason: "HTTP 401: the pod refused the reload token", HTTPStatus: 401, Attempts: 3}}}
+		Behind: []decov1.PodBehind{{Name: "site-b", Reason: "HTTP 401: the pod refused the reload token", HTTPStatus: 401, Attempts: 3,
+			ConfirmedHash: strings.Repeat("0123456789abcdef", 4)}},
+		Confirmed: []decov1.ConfirmedContent{{ContentHash: d.Status.ContentHash, Pods: 1}, {ContentHash: strings.Repeat("0123456789abcdef", 4), Pods: 1}}}
 	must(t, f.c.Client.Status().Update(ctx, &d))
 	links, code := f.traceJSON(t, f.kubeconfig, "pod/site-b")
 	pods := linkNamed(links, "pods")
-	if code != 1 || pods.State != inspect.StateFailing || !strings.Contains(pods.Message, "pod site-b is behind: HTTP 401: the pod refused the reload token (HTTP 401 after 3 attempts)") {
+	if code != 1 || pods.State != inspect.StateFailing || !strings.Contains(pods.Message, "pod site-b is behind: HTTP 401: the pod refused the reload token (HTTP 401 after 3 attempts); it still serves content 0123456789ab") {
 		t.Fatalf("a pod behind: exit %d, pods link %+v", code, pods)
+	}
+	// The Decofile's own trace says how many pods hold which content, from the status alone.
+	dlinks, _ := f.traceJSON(t, f.kubeconfig, "decofile/a-ready")
+	if pods := linkNamed(dlinks, "pods"); !strings.Contains(pods.Message, "pods by content: 1 on the stored fedcba987654, 1 on 0123456789ab; behind: site-b") {
+		t.Fatalf("the Decofile's pods link %+v", pods)
 	}
 	if w := linkNamed(links, "workload"); w.Object != "Deployment/site" || !strings.Contains(w.Message, "no deco.sites/decofile-inject annotation") {
 		t.Errorf("workload link %+v", w)

@@ -133,6 +133,9 @@ func podsLink(d *decov1.Decofile, pod string) Link {
 	default:
 		l.State, l.Message = StateFailing, fmt.Sprintf("%d/%d confirmed, %d failed: %s", ro.Notified, ro.Total, ro.Failed, n.Reason)
 	}
+	if by := byContent(ro.Confirmed, st.ContentHash); len(ro.Confirmed) > 1 || (len(ro.Confirmed) == 1 && ro.Confirmed[0].ContentHash != st.ContentHash) {
+		l.Message += "; pods by content: " + by
+	}
 	var behind []string
 	for _, b := range ro.Behind {
 		behind = append(behind, b.Name+" ("+b.Reason+")")
@@ -149,8 +152,27 @@ func podsLink(d *decov1.Decofile, pod string) Link {
 		if b.HTTPStatus != 0 {
 			l.Message += fmt.Sprintf(" (HTTP %d after %d attempts)", b.HTTPStatus, b.Attempts)
 		}
+		if b.ConfirmedHash != "" {
+			l.Message += "; it still serves content " + short(b.ConfirmedHash)
+		}
 	}
 	return l
+}
+
+// byContent says how many pods last confirmed which content, as the rollout recorded it.
+func byContent(counts []decov1.ConfirmedContent, stored string) string {
+	parts := make([]string, 0, len(counts))
+	for _, c := range counts {
+		switch c.ContentHash {
+		case stored:
+			parts = append(parts, fmt.Sprintf("%d on the stored %s", c.Pods, short(c.ContentHash)))
+		case "":
+			parts = append(parts, fmt.Sprintf("%d not known", c.Pods))
+		default:
+			parts = append(parts, fmt.Sprintf("%d on %s", c.Pods, short(c.ContentHash)))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // orNone is s, or "none" when it is empty.

@@ -34,10 +34,13 @@ func (e *env) traceNamesAPodBehind(t *testing.T) {
 			_ = thaw()
 		}
 	}()
+	key := client.ObjectKey{Namespace: e.siteNS, Name: "shop"}
+	var before decov1alpha1.Decofile
+	nodeenv.Must(t, e.C.Client.Get(context.Background(), key, &before), "read Decofile shop")
+	held := before.Status.NotifiedHash // what every pod confirmed last
 	sha := e.site.Push(t, "while a pod is frozen", map[string]string{
 		"blocks/site.json": `{"__resolveType": "site", "title": "Shop, edition of the frozen pod"}`,
 	})
-	key := client.ObjectKey{Namespace: e.siteNS, Name: "shop"}
 	took := nodeenv.WaitFor(t, 120*time.Second, fmt.Sprintf("the rollout of %.7s to fail naming %s behind", sha, pod.Name), func(ctx context.Context) error {
 		var df decov1alpha1.Decofile
 		if err := e.C.Client.Get(ctx, key, &df); err != nil {
@@ -46,8 +49,12 @@ func (e *env) traceNamesAPodBehind(t *testing.T) {
 		if df.Status.GitHubCommit != sha || df.Status.Rollout == nil || !meta.IsStatusConditionFalse(df.Status.Conditions, decov1alpha1.ConditionPodsNotified) {
 			return fmt.Errorf("commit %.7s, rollout %+v", df.Status.GitHubCommit, df.Status.Rollout)
 		}
-		if !slices.ContainsFunc(df.Status.Rollout.Behind, func(b decov1alpha1.PodBehind) bool { return b.Name == pod.Name }) {
-			return fmt.Errorf("behind: %+v", df.Status.Rollout.Behind)
+		// Behind, and still on the content every pod confirmed before: the status says so itself.
+		if !slices.ContainsFunc(df.Status.Rollout.Behind, func(b decov1alpha1.PodBehind) bool { return b.Name == pod.Name && b.ConfirmedHash == held }) {
+			return fmt.Errorf("behind (want %s on %.12s): %+v", pod.Name, held, df.Status.Rollout.Behind)
+		}
+		if want := (decov1alpha1.ConfirmedContent{ContentHash: held, Pods: 1}); !slices.Contains(df.Status.Rollout.Confirmed, want) {
+			return fmt.Errorf("pods by content %+v, want %+v among them", df.Status.Rollout.Confirmed, want)
 		}
 		return nil
 	})
@@ -58,7 +65,7 @@ func (e *env) traceNamesAPodBehind(t *testing.T) {
 		t.Fatalf("trace of the frozen pod exited 0:\n%s", out)
 	}
 	// The exit message names the failing link, not the pod's readiness.
-	if want := "pod " + pod.Name + " is behind: "; !strings.Contains(out, want) || !strings.Contains(err.Error(), want) {
+	if want := "pod " + pod.Name + " is behind: "; !strings.Contains(out, want) || !strings.Contains(err.Error(), want) || !strings.Contains(out, "it still serves content "+held[:12]) {
 		t.Fatalf("trace of the frozen pod (%v) does not say %q:\n%s", err, want, out)
 	}
 	t.Logf("`siteops trace pod/%s` exited non-zero: %v\n%s", pod.Name, err, out)

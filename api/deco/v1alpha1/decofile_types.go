@@ -314,6 +314,27 @@ type RolloutStatus struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=20
 	Behind []PodBehind `json:"behind,omitempty"`
+	// Confirmed counts the pods this rollout addresses by the content each last confirmed: this
+	// rollout's for the pods that confirmed it, an earlier one for pods behind or not reached yet,
+	// "" for pods whose last confirmation is not known (started since the last rollout every pod
+	// confirmed, or behind since before the manager restarted). Most pods first; skipped pods are
+	// not counted.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=10
+	Confirmed []ConfirmedContent `json:"confirmed,omitempty"`
+}
+
+// MaxConfirmedContents bounds status.rollout.confirmed.
+const MaxConfirmedContents = 10
+
+// ConfirmedContent is how many pods last confirmed one content.
+type ConfirmedContent struct {
+	// ContentHash is the content's SHA-256 (hex); empty for pods whose last confirmation is not
+	// known.
+	ContentHash string `json:"contentHash"`
+	// Pods that last confirmed it.
+	Pods int32 `json:"pods"`
 }
 
 // MaxPodsBehind bounds status.rollout.behind, so a rollout to thousands of pods keeps a small status.
@@ -332,6 +353,9 @@ type PodBehind struct {
 	// Attempts is how many times the pod was sent the content.
 	// +optional
 	Attempts int32 `json:"attempts,omitempty"`
+	// ConfirmedHash is the content the pod last confirmed; empty when not known.
+	// +optional
+	ConfirmedHash string `json:"confirmedHash,omitempty"`
 }
 
 // StoredContent describes a content version as it was stored: the last one every pod confirmed

@@ -96,6 +96,8 @@ type Reconciler struct {
 	// written remembers, per Decofile, this controller's last status write, so current reads
 	// from the API server while the cache may not have it.
 	written lastwrite.Tracker
+	// confirmed remembers which content each pod last confirmed (status.rollout.confirmed).
+	confirmed confirmations
 }
 
 // failure remembers the failed rollouts of one content hash, for backoff.
@@ -223,6 +225,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			r.forget(key)
 			r.pendingRollbacks.Delete(key)
 			r.written.Forget(req.NamespacedName)
+			r.confirmed.forget(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
@@ -307,7 +310,7 @@ func (r *Reconciler) rollout(ctx context.Context, df *decov1alpha1.Decofile, has
 			// No pod to tell: the content is neither loaded nor sent, and the start and the
 			// result are one status write.
 			startedAt := metav1.Now()
-			return r.succeeded(ctx, df, hash, id, notify.Result{}, startedAt, beginRollout(id, 0, &startedAt))
+			return r.succeeded(ctx, df, hash, id, notify.Result{}, nil, startedAt, beginRollout(id, 0, &startedAt))
 		}
 	}
 	// The push body's memory is held while pods are sent it (a progressive rollout gives it back
@@ -322,7 +325,7 @@ func (r *Reconciler) rollout(ctx context.Context, df *decov1alpha1.Decofile, has
 	}
 	loader, ok := r.opts.Loaders[df.TargetOrDefault()]
 	if !ok {
-		return r.fail(ctx, df, id, hash, nil, decov1alpha1.ReasonNotificationFailed, fmt.Sprintf("no content loader for target %q in this build", df.TargetOrDefault()), time.Now())
+		return r.fail(ctx, df, id, hash, nil, nil, decov1alpha1.ReasonNotificationFailed, fmt.Sprintf("no content loader for target %q in this build", df.TargetOrDefault()), time.Now())
 	}
 	body.loader = loader
 	content, err := r.load(ctx, loader, df)
@@ -335,11 +338,11 @@ func (r *Reconciler) rollout(ctx context.Context, df *decov1alpha1.Decofile, has
 		if ctx.Err() != nil {
 			return 0
 		}
-		return r.fail(ctx, df, id, hash, nil, loadFailureReason(err), fmt.Sprintf("load stored content: %v", err), start)
+		return r.fail(ctx, df, id, hash, nil, nil, loadFailureReason(err), fmt.Sprintf("load stored content: %v", err), start)
 	}
 	token, err := r.reloadToken(ctx, df)
 	if err != nil {
-		return r.fail(ctx, df, id, hash, nil, decov1alpha1.ReasonNotificationFailed, err.Error(), start)
+		return r.fail(ctx, df, id, hash, nil, nil, decov1alpha1.ReasonNotificationFailed, err.Error(), start)
 	}
 
 	// PodsNotified=Unknown for this version before the first pod hears of it. Without pods no
@@ -354,6 +357,7 @@ func (r *Reconciler) rollout(ctx context.Context, df *decov1alpha1.Decofile, has
 		begin = nil
 	}
 
+	led := r.newLedger(df, hash, pods)
 	targets := make([]notify.Pod, len(pods))
 	for i := range pods {
 		targets[i] = Target(&pods[i])
@@ -368,7 +372,7 @@ func (r *Reconciler) rollout(ctx context.Context, df *decov1alpha1.Decofile, has
 	body.set(content)
 	content = Content{} // the body holds the only copy needed from here on
 	if df.Spec.Rollout != nil {
-		return r.progressive(ctx, df, hash, id, ro, body, pods, startedAt, begin)
+		return r.progressive(ctx, df, hash, id, ro, body, pods, led, startedAt, begin)
 	}
 	ro.Body = body.body
 	log.Info("notifying pods", "pods", len(pods), "protocol", r.opts.Protocol)
@@ -386,24 +390,25 @@ func (r *Reconciler) rollout(ctx context.Context, df *decov1alpha1.Decofile, has
 		podNotificationsTotal.WithLabelValues(o).Add(float64(n))
 	}
 	rolloutDuration.Observe(res.Duration.Seconds())
+	led.settle(res.Pods)
 	if !res.Succeeded() {
 		if missing := r.podsWithoutToken(ctx, df, res); len(missing) > 0 {
-			return r.fail(ctx, df, id, hash, &res, ReasonMissingReloadToken, missingTokenMessage(df, missing), start)
+			return r.fail(ctx, df, id, hash, &res, led, ReasonMissingReloadToken, missingTokenMessage(df, missing), start)
 		}
-		return r.fail(ctx, df, id, hash, &res, decov1alpha1.ReasonNotificationFailed, failureReason(res, r.notifier.Config().Timeout), start)
+		return r.fail(ctx, df, id, hash, &res, led, decov1alpha1.ReasonNotificationFailed, failureReason(res, r.notifier.Config().Timeout), start)
 	}
 
-	return r.succeeded(ctx, df, hash, id, res, startedAt, begin)
+	return r.succeeded(ctx, df, hash, id, res, led, startedAt, begin)
 }
 
 // succeeded records that every pod confirmed hash (res), together with the start of the rollout
 // when begin (not written yet) is set.
-func (r *Reconciler) succeeded(ctx context.Context, df *decov1alpha1.Decofile, hash, id string, res notify.Result, startedAt metav1.Time, begin func(*decov1alpha1.Decofile) bool) time.Duration {
+func (r *Reconciler) succeeded(ctx context.Context, df *decov1alpha1.Decofile, hash, id string, res notify.Result, led *ledger, startedAt metav1.Time, begin func(*decov1alpha1.Decofile) bool) time.Duration {
 	log := logf.FromContext(ctx)
 	key := client.ObjectKeyFromObject(df)
 	rolloutsTotal.WithLabelValues("succeeded").Inc()
 	finished := metav1.Now()
-	if err := r.patchStatus(ctx, key, then(begin, confirmed(id, hash, res.Progress, startedAt, finished))); err != nil {
+	if err := r.patchStatus(ctx, key, then(begin, confirmed(id, hash, res.Progress, led.counts(), startedAt, finished))); err != nil {
 		log.Info("could not record the rollout result; will retry", "error", err.Error())
 		return r.opts.RetryBase
 	}
@@ -416,12 +421,13 @@ func (r *Reconciler) succeeded(ctx context.Context, df *decov1alpha1.Decofile, h
 	return 0
 }
 
-// confirmed records that every pod confirmed hash in rollout id.
-func confirmed(id, hash string, p notify.Progress, startedAt, finished metav1.Time) func(*decov1alpha1.Decofile) bool {
+// confirmed records that every pod confirmed hash in rollout id (counts: the pods by content).
+func confirmed(id, hash string, p notify.Progress, counts []decov1alpha1.ConfirmedContent, startedAt, finished metav1.Time) func(*decov1alpha1.Decofile) bool {
 	return func(d *decov1alpha1.Decofile) bool {
 		setCondition(d, metav1.ConditionTrue, decov1alpha1.ReasonNotificationSucceeded, "Successfully notified all pods for "+id)
 		d.Status.NotifiedHash = hash
 		d.Status.Rollout = summary(id, p, &startedAt, &finished) // finishedAt always changes
+		d.Status.Rollout.Confirmed = counts
 		recordHistory(d, d.Status.Rollout, hash, ResultSucceeded, finished)
 		return true
 	}
@@ -492,20 +498,22 @@ func (r *Reconciler) superseded(ctx context.Context, key client.ObjectKey, hash 
 	return cur.DeletionTimestamp != nil || cur.Spec.Silent || cur.Spec.Suspend || cur.Status.ContentHash != hash
 }
 
-// fail records PodsNotified=False with reason and message and returns the backoff before the retry.
-func (r *Reconciler) fail(ctx context.Context, df *decov1alpha1.Decofile, id, hash string, res *notify.Result, reason, detail string, start time.Time) time.Duration {
+// fail records PodsNotified=False with reason and message and returns the backoff before the
+// retry. res and led, when set, say which pods are behind and what each holds.
+func (r *Reconciler) fail(ctx context.Context, df *decov1alpha1.Decofile, id, hash string, res *notify.Result, led *ledger, reason, detail string, start time.Time) time.Duration {
 	rolloutsTotal.WithLabelValues("failed").Inc()
 	startedAt, finished := metav1.NewTime(start), metav1.Now()
 	p := notify.Progress{}
 	var behind []decov1alpha1.PodBehind
 	if res != nil {
-		p, behind = res.Progress, podsBehind(*res)
+		p, behind = res.Progress, podsBehind(*res, led)
 	}
 	msg := fmt.Sprintf("Failed to notify pods for %s: %s", id, detail)
 	err := r.patchStatus(ctx, client.ObjectKeyFromObject(df), func(d *decov1alpha1.Decofile) bool {
 		setCondition(d, metav1.ConditionFalse, reason, msg)
 		d.Status.Rollout = summary(id, p, &startedAt, &finished)
 		d.Status.Rollout.Behind = behind
+		d.Status.Rollout.Confirmed = led.counts()
 		recordHistory(d, d.Status.Rollout, hash, ResultFailed, finished)
 		return true
 	})

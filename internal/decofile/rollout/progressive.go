@@ -61,6 +61,8 @@ type stepRun struct {
 	begin func(*decov1alpha1.Decofile) bool
 	// body is what the steps send; a rollback holds its memory for the last good content.
 	body *pushBody
+	// led follows what each pod holds.
+	led *ledger
 }
 
 // progressive notifies the pods step by step (spec.rollout.steps), pauses after each step but
@@ -68,10 +70,10 @@ type stepRun struct {
 // cannot be notified at the start (not running, no IP) are counted as skipped and left out of
 // the plan; the steps cover the others, in name order. begin is the rollout's start when it is
 // not written yet.
-func (r *Reconciler) progressive(ctx context.Context, df *decov1alpha1.Decofile, hash, id string, ro notify.Rollout, body *pushBody, pods []corev1.Pod, startedAt metav1.Time, begin func(*decov1alpha1.Decofile) bool) time.Duration {
+func (r *Reconciler) progressive(ctx context.Context, df *decov1alpha1.Decofile, hash, id string, ro notify.Rollout, body *pushBody, pods []corev1.Pod, led *ledger, startedAt metav1.Time, begin func(*decov1alpha1.Decofile) bool) time.Duration {
 	log := logf.FromContext(ctx)
 	run := &stepRun{df: df, key: client.ObjectKeyFromObject(df), hash: hash, id: id, startedAt: startedAt,
-		selected: map[string]types.UID{}, reached: map[string]bool{}, begin: begin, body: body}
+		selected: map[string]types.UID{}, reached: map[string]bool{}, begin: begin, body: body, led: led}
 	var eligible []notify.Pod
 	for i := range pods {
 		run.selected[pods[i].Name] = pods[i].UID
@@ -91,7 +93,7 @@ func (r *Reconciler) progressive(ctx context.Context, df *decov1alpha1.Decofile,
 		if begin != nil {
 			_ = r.patchStatus(ctx, run.key, begin) // a rare error: the start stays a write of its own
 		}
-		return r.fail(ctx, df, id, hash, nil, ReasonInvalidRollout, err.Error(), startedAt.Time)
+		return r.fail(ctx, df, id, hash, nil, nil, ReasonInvalidRollout, err.Error(), startedAt.Time)
 	}
 	pause := DefaultPause
 	if spec.Pause != nil {
@@ -115,7 +117,7 @@ func (r *Reconciler) progressive(ctx context.Context, df *decov1alpha1.Decofile,
 			if stopped(ctx, runCtx) || r.superseded(ctx, run.key, hash) {
 				return 0 // newer content replaced the stored one during the pause: not a failure
 			}
-			return r.fail(ctx, df, id, hash, &notify.Result{Progress: run.acc}, loadFailureReason(err), fmt.Sprintf("step %d/%d: %v", step, steps, err), startedAt.Time)
+			return r.fail(ctx, df, id, hash, &notify.Result{Progress: run.acc}, led, loadFailureReason(err), fmt.Sprintf("step %d/%d: %v", step, steps, err), startedAt.Time)
 		}
 		log.Info("notifying pods", "step", step, "of", steps, "pods", len(batch))
 		res := r.notifier.Run(runCtx, sro)
@@ -128,6 +130,7 @@ func (r *Reconciler) progressive(ctx context.Context, df *decov1alpha1.Decofile,
 			return 0
 		}
 		run.acc = plus(base, res.Progress)
+		led.settle(res.Pods)
 		for _, p := range batch {
 			run.reached[p.Name] = true
 		}
@@ -197,6 +200,7 @@ func (r *Reconciler) recordStep(ctx context.Context, run *stepRun, step, steps, 
 		next := *ro
 		next.Step, next.Steps, next.Updated, next.Phase = step, steps, updated, phase
 		next.Total, next.Notified, next.Failed, next.Skipped = int32(run.acc.Total), int32(run.acc.Notified), int32(run.acc.Failed), int32(run.acc.Skipped)
+		next.Confirmed = run.led.counts()
 		if equality.Semantic.DeepEqual(next, *ro) {
 			return false
 		}
@@ -224,6 +228,7 @@ func (r *Reconciler) succeedSteps(ctx context.Context, run *stepRun, steps int32
 		d.Status.NotifiedHash = run.hash
 		ro := summary(run.id, run.acc, &run.startedAt, &finished)
 		ro.Step, ro.Steps, ro.Updated, ro.Phase = steps, steps, int32(run.acc.Notified), PhaseSucceeded
+		ro.Confirmed = run.led.counts()
 		d.Status.Rollout = ro
 		recordHistory(d, ro, run.hash, ResultSucceeded, finished)
 		return true

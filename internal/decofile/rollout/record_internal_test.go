@@ -21,7 +21,7 @@ func TestPodsBehindIsBounded(t *testing.T) {
 			Reason: "timeout: " + strings.Repeat("x", 300), Attempts: 3})
 	}
 	res.Pods = append([]notify.PodResult{{Name: "fine", Outcome: notify.Notified}}, res.Pods...)
-	b := podsBehind(res)
+	b := podsBehind(res, nil)
 	if len(b) != decov1alpha1.MaxPodsBehind || b[0].Name != "site-0000" || b[0].Attempts != 3 {
 		t.Fatalf("%d pods behind, first %+v", len(b), b[0])
 	}
@@ -30,7 +30,7 @@ func TestPodsBehindIsBounded(t *testing.T) {
 			t.Fatalf("reason of %d bytes: %q", len(p.Reason), p.Reason[:20])
 		}
 	}
-	if len(podsBehind(notify.Result{})) != 0 {
+	if len(podsBehind(notify.Result{}, nil)) != 0 {
 		t.Error("pods behind without a failure")
 	}
 }

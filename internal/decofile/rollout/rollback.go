@@ -81,7 +81,7 @@ func (r *Reconciler) rollBack(ctx context.Context, df *decov1alpha1.Decofile, ha
 	if _, _, _, err := r.lastGood(ctx, fresh); err != nil {
 		r.pendingRollbacks.Delete(key.String())
 		return r.endRollback(ctx, fresh, id, ReasonRollbackFailed,
-			fmt.Sprintf("Failed to roll back %s: %s; %v, so the pods reached keep it; it is not rolled out further until the source changes", id, why, err), "")
+			fmt.Sprintf("Failed to roll back %s: %s; %v, so the pods reached keep it; it is not rolled out further until the source changes", id, why, err), "", nil)
 	}
 	return 0 // the delivery controller's status write brings the Decofile back (finishRollback)
 }
@@ -102,7 +102,7 @@ func (r *Reconciler) waitRollback(ctx context.Context, df *decov1alpha1.Decofile
 	ready := meta.FindStatusCondition(df.Status.Conditions, decov1alpha1.ConditionReady)
 	if ro.Phase == PhaseRollingBack && ready != nil && ready.Reason == ReasonRollbackFailed && ready.ObservedGeneration == df.Generation {
 		r.pendingRollbacks.Delete(client.ObjectKeyFromObject(df).String())
-		return r.endRollback(ctx, df, ro.FailedID, ReasonRollbackFailed, "Failed to roll back: "+ready.Message, "")
+		return r.endRollback(ctx, df, ro.FailedID, ReasonRollbackFailed, "Failed to roll back: "+ready.Message, "", nil)
 	}
 	if ro.Phase == PhaseRollingBack && !df.RollingBack() {
 		// No intact last good copy to ask for (the rollback was cut short before it checked).
@@ -124,13 +124,14 @@ func (r *Reconciler) finishRollback(ctx context.Context, df *decov1alpha1.Decofi
 	goodID := decov1alpha1.RolloutID(&df.Status)
 	loader, ok := r.opts.Loaders[df.TargetOrDefault()]
 	if !ok {
-		return r.endRollback(ctx, df, p.id, ReasonRolledBack, fmt.Sprintf("Rolled back %s: %s; the store is back on %s, but no loader for target %q can send it to the pods", p.id, p.why, goodID, df.TargetOrDefault()), "")
+		return r.endRollback(ctx, df, p.id, ReasonRolledBack, fmt.Sprintf("Rolled back %s: %s; the store is back on %s, but no loader for target %q can send it to the pods", p.id, p.why, goodID, df.TargetOrDefault()), "", nil)
 	}
 	content, err := r.load(ctx, loader, df)
 	if errors.Is(err, ErrNotYetStored) {
 		return notYetStoredDelay
 	}
 	var res notify.Result
+	var led *ledger
 	if err == nil {
 		body.set(content)
 		var token string
@@ -150,6 +151,8 @@ func (r *Reconciler) finishRollback(ctx context.Context, df *decov1alpha1.Decofi
 					n.Body = body.body
 				}
 				res = r.notifier.Run(ctx, n)
+				led = r.newLedger(df, df.Status.ContentHash, pods)
+				led.settle(res.Pods)
 			}
 		}
 	}
@@ -167,12 +170,13 @@ func (r *Reconciler) finishRollback(ctx context.Context, df *decov1alpha1.Decofi
 		msg += fmt.Sprintf("; %d pods did not take it back (%s)", res.Failed, failureReason(res, r.notifier.Config().Timeout))
 		notified = "" // the regular rollout retries them with backoff
 	}
-	return r.endRollback(ctx, df, p.id, ReasonRolledBack, msg, notified)
+	return r.endRollback(ctx, df, p.id, ReasonRolledBack, msg, notified, led.counts())
 }
 
 // endRollback records the end of a rollback: PodsNotified=False with reason and message, the
-// phase, and a Warning Event. notified is the hash every pod now holds ("" when unknown).
-func (r *Reconciler) endRollback(ctx context.Context, df *decov1alpha1.Decofile, id, reason, msg, notified string) time.Duration {
+// phase, and a Warning Event. notified is the hash every pod now holds ("" when unknown);
+// counts, when known, the pods by the content they hold.
+func (r *Reconciler) endRollback(ctx context.Context, df *decov1alpha1.Decofile, id, reason, msg, notified string, counts []decov1alpha1.ConfirmedContent) time.Duration {
 	rolloutsTotal.WithLabelValues("rolled_back").Inc()
 	finished := metav1.Now()
 	phase := PhaseRolledBack
@@ -187,6 +191,9 @@ func (r *Reconciler) endRollback(ctx context.Context, df *decov1alpha1.Decofile,
 		if ro := d.Status.Rollout; ro != nil && ro.ID == id {
 			next := *ro
 			next.Phase, next.FinishedAt = phase, &finished
+			if counts != nil {
+				next.Confirmed = counts
+			}
 			d.Status.Rollout = &next
 			result := ResultRolledBack
 			if phase == PhaseFailed {

@@ -418,7 +418,6 @@ func TestFailingPodIsRetriedUntilItRecovers(t *testing.T) {
 	e := newEnv(t, rollout.Options{Notify: notify.Config{Attempts: 1}})
 	df := e.decofile("blog", false)
 	var broken atomic.Bool
-	broken.Store(true)
 	good := e.sitePod("blog-a", podOpts{labels: labelled(df)})
 	bad := e.sitePod("blog-b", podOpts{labels: labelled(df), wrap: func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -429,6 +428,11 @@ func TestFailingPodIsRetriedUntilItRecovers(t *testing.T) {
 			h.ServeHTTP(w, r)
 		})
 	}})
+	// Both pods confirm a first version; then blog-b breaks and misses the next one.
+	first := []byte(`{"posts":{"count":2}}`)
+	e.store(df, first, "0000000000000000000000000000000000000001", 1731599000, false)
+	e.podsNotified(df, metav1.ConditionTrue, "Successfully notified all pods", 20*time.Second)
+	broken.Store(true)
 	content := []byte(`{"posts":{"count":3}}`)
 	commit := "1111111111111111111111111111111111111111"
 	e.store(df, content, commit, 1731600000, false)
@@ -438,8 +442,8 @@ func TestFailingPodIsRetriedUntilItRecovers(t *testing.T) {
 	if c.Reason != decov1alpha1.ReasonNotificationFailed || !strings.Contains(c.Message, "blog-b: HTTP 503") {
 		t.Fatalf("condition %+v", c)
 	}
-	if got.Status.NotifiedHash != "" {
-		t.Fatalf("notifiedHash recorded for a failed rollout: %q", got.Status.NotifiedHash)
+	if got.Status.NotifiedHash != encode.Hash(first) {
+		t.Fatalf("notifiedHash after a failed rollout: %q, want the first version's", got.Status.NotifiedHash)
 	}
 	if ro := got.Status.Rollout; ro == nil || ro.Failed != 1 || ro.Notified != 1 {
 		t.Fatalf("rollout %+v", ro)
@@ -449,8 +453,13 @@ func TestFailingPodIsRetriedUntilItRecovers(t *testing.T) {
 	}
 	// The status names the pod behind and why, so nobody has to ask the pods.
 	if b := got.Status.Rollout.Behind; len(b) != 1 || b[0].Name != "blog-b" || b[0].HTTPStatus != http.StatusServiceUnavailable ||
-		!strings.Contains(b[0].Reason, "HTTP 503") || b[0].Attempts != 1 {
+		!strings.Contains(b[0].Reason, "HTTP 503") || b[0].Attempts != 1 || b[0].ConfirmedHash != encode.Hash(first) {
 		t.Fatalf("pods behind %+v", b)
+	}
+	// And how many pods hold which content: one the new, one the first.
+	if c := got.Status.Rollout.Confirmed; len(c) != 2 || c[0] != (decov1alpha1.ConfirmedContent{ContentHash: encode.Hash(content), Pods: 1}) ||
+		c[1] != (decov1alpha1.ConfirmedContent{ContentHash: encode.Hash(first), Pods: 1}) {
+		t.Fatalf("pods by confirmed content %+v", c)
 	}
 	// Waiting now, while failed, answers "failed".
 	if v, err := e.startWait(df, "commit:"+commit, 10*time.Second).result(t); err != nil || v.Outcome != follow.Failed {
@@ -467,8 +476,11 @@ func TestFailingPodIsRetriedUntilItRecovers(t *testing.T) {
 	if got.Generation != generation || got.Status.NotifiedHash != encode.Hash(content) || len(got.Status.Rollout.Behind) != 0 {
 		t.Fatalf("generation %d→%d, notifiedHash %q, pods behind %+v", generation, got.Generation, got.Status.NotifiedHash, got.Status.Rollout.Behind)
 	}
-	if h := got.Status.History; len(h) != 2 || h[0].Result != rollout.ResultSucceeded || h[0].PodsConfirmed != 2 || h[1].Result != rollout.ResultFailed {
+	if h := got.Status.History; len(h) != 3 || h[0].Result != rollout.ResultSucceeded || h[0].PodsConfirmed != 2 || h[1].Result != rollout.ResultFailed {
 		t.Fatalf("history after the recovery %+v", h)
+	}
+	if c := got.Status.Rollout.Confirmed; len(c) != 1 || c[0] != (decov1alpha1.ConfirmedContent{ContentHash: encode.Hash(content), Pods: 2}) {
+		t.Fatalf("pods by confirmed content after the recovery %+v", c)
 	}
 	if bad.rt.Current().Hash != encode.Hash(content) {
 		t.Fatal("the recovered pod did not get the content")

@@ -48,7 +48,7 @@ func (s Settler) Settle(ctx context.Context, df *decov1alpha1.Decofile, next *de
 		counted.Do(rolloutsTotal.WithLabelValues("succeeded").Inc)
 		id := decov1alpha1.RolloutID(&d.Status)
 		now := metav1.Now()
-		return then(beginRollout(id, 0, &now), confirmed(id, hash, notify.Progress{}, now, now))(d)
+		return then(beginRollout(id, 0, &now), confirmed(id, hash, notify.Progress{}, nil, now, now))(d)
 	}, nil
 }
 

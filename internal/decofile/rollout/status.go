@@ -47,8 +47,9 @@ func recordHistory(d *decov1alpha1.Decofile, ro *decov1alpha1.RolloutStatus, has
 	d.Status.History = append([]decov1alpha1.RolloutRecord{rec}, h[:min(len(h), decov1alpha1.MaxHistory-1)]...)
 }
 
-// podsBehind is the first MaxPodsBehind failed pods of res, with their reasons.
-func podsBehind(res notify.Result) []decov1alpha1.PodBehind {
+// podsBehind is the first MaxPodsBehind failed pods of res, with their reasons and (from led,
+// when set) the content each still holds.
+func podsBehind(res notify.Result, led *ledger) []decov1alpha1.PodBehind {
 	var out []decov1alpha1.PodBehind
 	for _, p := range res.FailedPods() {
 		if len(out) == decov1alpha1.MaxPodsBehind {
@@ -58,7 +59,7 @@ func podsBehind(res notify.Result) []decov1alpha1.PodBehind {
 		if len(reason) > 256 {
 			reason = strings.ToValidUTF8(reason[:253], "") + "..." // cut within a rune: drop its start
 		}
-		out = append(out, decov1alpha1.PodBehind{Name: p.Name, Reason: reason, HTTPStatus: int32(p.Status), Attempts: int32(p.Attempts)})
+		out = append(out, decov1alpha1.PodBehind{Name: p.Name, Reason: reason, HTTPStatus: int32(p.Status), Attempts: int32(p.Attempts), ConfirmedHash: led.held(p.Name)})
 	}
 	return out
 }
