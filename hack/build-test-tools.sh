@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the real servers the tests need (kube-apiserver, etcd, versitygw, Flux's
-# source-controller) from the Go module proxy into a per-machine cache, once. A warm run only checks version stamps. With --node it
+# source-controller and notification-controller) from the Go module proxy into a per-machine
+# cache, once. A warm run only checks version stamps. With --node it
 # also builds what a real node runs: kubelet, kube-scheduler, kube-controller-manager, kube-proxy,
 # containerd (with ctr and the runc shim), runc, the CNI plugins, CoreDNS and the pause program,
 # and the kubectl and helm that the Get started page's test runs.
@@ -17,6 +18,7 @@ CNI_PLUGINS_VERSION="${CNI_PLUGINS_VERSION:-v1.10.0}"
 COREDNS_VERSION="${COREDNS_VERSION:-v1.15.0}"
 HELM_VERSION="${HELM_VERSION:-v3.22.0}"
 FLUX_SOURCE_VERSION="${FLUX_SOURCE_VERSION:-v1.9.6}"
+FLUX_NOTIFICATION_VERSION="${FLUX_NOTIFICATION_VERSION:-v1.9.3}"
 NODE=false
 [[ "${1:-}" == "--node" ]] && NODE=true
 CACHE_DIR="${SITEOPS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/siteops}"
@@ -82,19 +84,32 @@ build_kube() {
 build_kube kube-apiserver
 build_in_wrapper etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3
 build_in_wrapper versitygw "$VERSITYGW_VERSION" github.com/versity/versitygw github.com/versity/versitygw/cmd/versitygw
+# flux_crds NAME MODULE VERSION: copies MODULE@VERSION's CRDs into BIN_DIR/NAME, once.
+flux_crds() {
+  local name=$1 module=$2 version=$3 dir
+  [[ "$(cat "$(stamp "$name")" 2>/dev/null)" == "$version" ]] && return 0
+  dir=$(go mod download -json "$module@$version" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+  rm -rf "${BIN_DIR:?}/$name" && mkdir -p "$BIN_DIR/$name"
+  cp "$dir"/config/crd/bases/*.yaml "$BIN_DIR/$name/"
+  chmod u+w "$BIN_DIR/$name"/*.yaml
+  echo "$version" >"$(stamp "$name")"
+}
 # Flux's source-controller, for Decofiles that deliver a GitRepository's, OCIRepository's or
-# Bucket's artifact; its CRDs come from the same module version. The go-digest replace is
-# upstream's; fluxcd/pkg/artifact is pinned to the nearest release the module proxy serves.
-BUILD_SKIP_TIDY=1 build_in_wrapper source-controller "$FLUX_SOURCE_VERSION" github.com/fluxcd/source-controller github.com/fluxcd/source-controller "" \
-  "replace github.com/opencontainers/go-digest => github.com/opencontainers/go-digest v1.0.1-0.20220411205349-bde1400a84be
+# Bucket's artifact. The go-digest replace is upstream's; fluxcd/pkg/artifact is pinned to the
+# nearest release the module proxy serves.
+flux_source_replaces="replace github.com/opencontainers/go-digest => github.com/opencontainers/go-digest v1.0.1-0.20220411205349-bde1400a84be
 replace github.com/fluxcd/pkg/artifact => github.com/fluxcd/pkg/artifact v0.18.0"
-if [[ "$(cat "$(stamp flux-source-crds)" 2>/dev/null)" != "$FLUX_SOURCE_VERSION" ]]; then
-  flux_dir=$(go mod download -json "github.com/fluxcd/source-controller@$FLUX_SOURCE_VERSION" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
-  rm -rf "$BIN_DIR/flux-source-crds" && mkdir -p "$BIN_DIR/flux-source-crds"
-  cp "$flux_dir"/config/crd/bases/*.yaml "$BIN_DIR/flux-source-crds/"
-  chmod u+w "$BIN_DIR"/flux-source-crds/*.yaml
-  echo "$FLUX_SOURCE_VERSION" >"$(stamp flux-source-crds)"
-fi
+BUILD_SKIP_TIDY=1 build_in_wrapper source-controller "$FLUX_SOURCE_VERSION" github.com/fluxcd/source-controller github.com/fluxcd/source-controller "" \
+  "$flux_source_replaces"
+flux_crds flux-source-crds github.com/fluxcd/source-controller "$FLUX_SOURCE_VERSION"
+# Flux's notification-controller, for the --events-addr tests: v1.9.3 is the newest v1.9.x the
+# module proxy serves. Its build module requires source-controller too, so the dependencies the
+# two share (Kubernetes, controller-runtime, Flux's runtime) resolve to the same versions and
+# are compiled once for both.
+BUILD_SKIP_TIDY=1 build_in_wrapper notification-controller "$FLUX_NOTIFICATION_VERSION" github.com/fluxcd/notification-controller github.com/fluxcd/notification-controller "" \
+  "require github.com/fluxcd/source-controller $FLUX_SOURCE_VERSION
+$flux_source_replaces"
+flux_crds flux-notification-crds github.com/fluxcd/notification-controller "$FLUX_NOTIFICATION_VERSION"
 
 if $NODE; then
   # What a node needs to run a pod comes first; the scheduler and controller manager last.

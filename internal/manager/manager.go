@@ -25,6 +25,7 @@ import (
 	"github.com/siteops/siteops/internal/decofile"
 	decofilecontroller "github.com/siteops/siteops/internal/decofile/controller"
 	"github.com/siteops/siteops/internal/decofile/inject"
+	"github.com/siteops/siteops/internal/manager/fluxevents"
 	"github.com/siteops/siteops/internal/mirror"
 	"github.com/siteops/siteops/internal/mirror/commitrequest"
 	"github.com/siteops/siteops/internal/mirror/ruleaccess"
@@ -88,6 +89,9 @@ type Options struct {
 	WebhookCertHosts []string
 	// WebhookCASecret ("namespace/name") shares the self-signed CA between replicas.
 	WebhookCASecret string
+	// EventsAddr, when set, is Flux's notification-controller events endpoint: every part's
+	// Events are posted there too (package fluxevents).
+	EventsAddr string
 
 	// Decofile configures the Decofile delivery part.
 	Decofile decofile.Options
@@ -150,6 +154,7 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", o.WebhookCertDir, "folder with tls.crt and tls.key for the webhook server")
 	fs.BoolVar(&o.WebhookSelfSigned, "webhook-self-signed", o.WebhookSelfSigned, "generate and renew a self-signed CA and webhook certificate in --webhook-cert-dir and patch the webhook configurations' caBundle (instead of cert-manager)")
 	fs.StringSliceVar(&o.WebhookCertHosts, "webhook-cert-hosts", o.WebhookCertHosts, "DNS names or IPs of the webhook Service, for the self-signed certificate")
+	fs.StringVar(&o.EventsAddr, "events-addr", o.EventsAddr, "URL of Flux's notification-controller events endpoint (such as http://notification-controller.flux-system.svc.cluster.local./): every Event is posted there too, for Flux Alerts; empty sends none")
 	fs.StringVar(&o.WebhookCASecret, "webhook-ca-secret", o.WebhookCASecret, `Secret ("namespace/name") holding the self-signed CA, shared by all replicas (needed with more than one replica)`)
 	o.Decofile.BindFlags(fs)
 	o.Tenant.BindFlags(fs)
@@ -254,6 +259,15 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create manager: %w", err)
+	}
+	if o.EventsAddr != "" {
+		f, err := fluxevents.New(o.EventsAddr, mgr.GetScheme(), ctrl.Log.WithName("flux-events"), 0)
+		if err != nil {
+			return nil, err
+		}
+		if mgr, err = fluxevents.Wrap(mgr, f); err != nil {
+			return nil, err
+		}
 	}
 	if o.WebhookSelfSigned {
 		if err := selfSignedCerts(mgr, cfg, o); err != nil {
