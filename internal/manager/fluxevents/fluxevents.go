@@ -17,8 +17,8 @@ import (
 	"net/url"
 	"sync"
 
-	"github.com/go-logr/logr"
 	fluxevents "github.com/fluxcd/pkg/runtime/events"
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
