@@ -381,7 +381,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if len(cfg.SentinelAddrs) > 0 {
 		w := &failover.Watcher{
 			Sentinels: cfg.SentinelAddrs, MasterName: o.SentinelMaster, Client: nodes.SentinelClient,
-			Resyncer: syncer, Failovers: metrics.Failovers,
+			Resyncer: syncer, Failovers: metrics.Failovers, Events: events, Namespace: cmp.Or(os.Getenv(EnvPodNamespace), "default"),
 		}
 		if err := mgr.Add(w); err != nil {
 			return fmt.Errorf("add Sentinel watcher: %w", err)

@@ -1,9 +1,11 @@
 package failover
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 func TestParseSwitch(t *testing.T) {
@@ -37,9 +39,17 @@ type counter struct{ n int }
 
 func (c *counter) Inc() { c.n++ }
 
+// notes records the notes of the Events it is given.
+type notes []string
+
+func (n *notes) Eventf(_, _ runtime.Object, _, reason, _, note string, args ...any) {
+	*n = append(*n, reason+": "+fmt.Sprintf(note, args...))
+}
+
 func TestHandleCountsEachFailoverOnce(t *testing.T) {
 	c := &counter{}
-	w := &Watcher{MasterName: "mymaster", Failovers: c}
+	var events notes
+	w := &Watcher{MasterName: "mymaster", Failovers: c, Events: &events, Namespace: "siteops-system"}
 	w.init()
 	log := logr.Discard()
 	for _, s := range []string{"s1", "s2", "s3"} {
@@ -53,6 +63,10 @@ func TestHandleCountsEachFailoverOnce(t *testing.T) {
 	w.handle(log, message{sentinel: "s1", channel: ChannelSwitchMaster, payload: "bad"})
 	if c.n != 2 {
 		t.Fatalf("a failover back and an unrelated master: count %d, want 2", c.n)
+	}
+	// One Event per failover, naming where the master went, for alerts (Flux's included).
+	if len(events) != 2 || events[0] != "ValkeyFailover: Sentinel failover of mymaster: the master moved from 10.0.0.1:6379 to 10.0.0.2:6379; every tenant's ACL user is applied on it and its replicas" {
+		t.Fatalf("events %q", events)
 	}
 	w.handle(log, message{sentinel: "s1", channel: ChannelReboot, payload: "slave 10.0.0.3:6379 10.0.0.3 6379 @ mymaster 10.0.0.1 6379"})
 	w.handle(log, message{sentinel: "s2", channel: ChannelReboot, payload: "slave 10.0.0.3:6379 10.0.0.3 6379 @ mymaster 10.0.0.1 6379"})

@@ -9,6 +9,9 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/redis/go-redis/v9"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -27,6 +30,14 @@ type Resyncer interface {
 // Counter is the part of a Prometheus counter the watcher uses.
 type Counter interface{ Inc() }
 
+// Recorder records Events (the events.k8s.io API's recorder signature).
+type Recorder interface {
+	Eventf(regarding runtime.Object, related runtime.Object, eventtype, reason, action, note string, args ...any)
+}
+
+// ReasonFailover: Sentinels moved the master; every tenant's ACL user is applied on the new one.
+const ReasonFailover = "ValkeyFailover"
+
 // Watcher subscribes to every Sentinel and drives a Resyncer. It is a manager Runnable.
 type Watcher struct {
 	// Sentinels are the Sentinel addresses; each gets its own subscription.
@@ -39,6 +50,10 @@ type Watcher struct {
 	Resyncer Resyncer
 	// Failovers counts each failover once, however many Sentinels announce it.
 	Failovers Counter
+	// Events records a Warning per failover on Namespace (the manager's own: a failover concerns
+	// the platform, not one tenant); nil records none.
+	Events    Recorder
+	Namespace string
 	// RetryBackoff bounds the retry of failed resyncs; default 200ms doubling to 10s.
 	RetryBackoff wait.Backoff
 
@@ -184,6 +199,11 @@ func (w *Watcher) handle(log logr.Logger, m message) {
 			w.Failovers.Inc()
 		}
 		log.Info("Sentinel failover: resyncing every tenant", "from", sw.Old, "to", sw.New, "sentinel", m.sentinel)
+		if w.Events != nil {
+			w.Events.Eventf(&corev1.Namespace{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}, ObjectMeta: metav1.ObjectMeta{Name: w.Namespace}},
+				nil, corev1.EventTypeWarning, ReasonFailover, "Failover",
+				"Sentinel failover of %s: the master moved from %s to %s; every tenant's ACL user is applied on it and its replicas", sw.Master, sw.Old, sw.New)
+		}
 		w.all, w.prefer = true, m.sentinel
 	default:
 		ev, ok := ParseNodeEvent(m.channel, m.payload)
