@@ -83,8 +83,9 @@ func runDecofileReconcile(ctx context.Context, c client.Client, key client.Objec
 	if err != nil {
 		return err
 	}
+	// Stored is what a reconcile does; the rollout to the pods that follows is `decofile wait`'s.
 	ready := meta.FindStatusCondition(df.Status.Conditions, decov1alpha1.ConditionReady)
-	if ready == nil || ready.Status != "True" {
+	if !df.Status.ContentStored() {
 		msg := "not Ready"
 		if ready != nil {
 			msg = fmt.Sprintf("Ready=%s %s: %s", ready.Status, ready.Reason, ready.Message)

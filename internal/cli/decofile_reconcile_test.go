@@ -20,6 +20,7 @@ import (
 
 	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/decofile/controller"
+	"github.com/siteops/siteops/internal/decofile/rollout"
 	"github.com/siteops/siteops/internal/testenv"
 )
 
@@ -66,7 +67,7 @@ func TestDecofileReconcile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := controller.Setup(mgr, controller.Options{}); err != nil {
+	if err := controller.Setup(mgr, controller.Options{Rollout: rollout.Settler{Reader: mgr.GetAPIReader()}}); err != nil {
 		t.Fatal(err)
 	}
 	testenv.StartManager(t, mgr)

@@ -71,7 +71,7 @@ func DecofileTrace(d *decov1.Decofile, cm *corev1.ConfigMap, pod string) []Link 
 	links := []Link{{What: "decofile", Object: "Decofile/" + d.Name, State: s.State, Message: s.Message, Since: s.LastChange}}
 
 	src := Link{What: "source", State: StateReady, Message: sourceText(d)}
-	if ready := meta.FindStatusCondition(st.Conditions, decov1.ConditionReady); ready == nil || ready.Status != metav1.ConditionTrue {
+	if ready := meta.FindStatusCondition(st.Conditions, decov1.ConditionReady); ready == nil || !st.ContentStored() {
 		src.State = s.State
 		if ready != nil {
 			src.Message += ": " + ready.Reason

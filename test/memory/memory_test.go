@@ -211,7 +211,7 @@ func (s *suite) round(t *testing.T, round string) {
 		}
 		ready := 0
 		for _, df := range list.Items {
-			if df.Status.ObservedGeneration == df.Generation && meta.IsStatusConditionTrue(df.Status.Conditions, decov1.ConditionReady) {
+			if df.Status.ObservedGeneration == df.Generation && df.Status.ContentStored() {
 				ready++
 			}
 		}

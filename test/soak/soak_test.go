@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
@@ -216,15 +215,15 @@ func (s *soak) siteDecofile(ctx context.Context, tn *tenant) (*decov1alpha1.Deco
 	return &df, err
 }
 
-// decofileCommit is the commit the tenant's Decofile is Ready at (with notified, also with
+// decofileCommit is the commit the tenant's Decofile has stored (with notified, also with
 // every pod notified of it).
 func (s *soak) decofileCommit(ctx context.Context, tn *tenant, notified bool) (string, error) {
 	df, err := s.siteDecofile(ctx, tn)
 	if err != nil {
 		return "", err
 	}
-	if ready := meta.FindStatusCondition(df.Status.Conditions, decov1alpha1.ConditionReady); ready == nil || ready.Status != metav1.ConditionTrue {
-		return "", fmt.Errorf("%s: Ready %+v", tn.name, ready)
+	if !df.Status.ContentStored() {
+		return "", fmt.Errorf("%s: Ready %+v", tn.name, meta.FindStatusCondition(df.Status.Conditions, decov1alpha1.ConditionReady))
 	}
 	if notified && !meta.IsStatusConditionTrue(df.Status.Conditions, decov1alpha1.ConditionPodsNotified) {
 		return "", fmt.Errorf("%s at %.7s: PodsNotified %+v", tn.name, df.Status.GitHubCommit, meta.FindStatusCondition(df.Status.Conditions, decov1alpha1.ConditionPodsNotified))

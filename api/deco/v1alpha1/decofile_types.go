@@ -404,10 +404,11 @@ type DecofileStatus struct {
 	// ObservedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: Ready (content stored), PodsNotified (rollout of that content), and the
-	// kstatus conditions Reconciling (True while a transient failure is being retried) and
-	// Stalled (True when delivery failed in a way only a change can fix); both are removed when
-	// the content is stored.
+	// Conditions: Ready (content stored and, unless silent, confirmed by every pod),
+	// PodsNotified (rollout of that content), and the kstatus conditions Reconciling (True while
+	// a transient failure is being retried or the content is being rolled out) and Stalled (True
+	// when delivery failed in a way only a change can fix); both are removed once the content is
+	// delivered.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -623,6 +624,17 @@ func (s *DecofileStatus) Revision() string {
 		return s.GitHubCommit
 	}
 	return ""
+}
+
+// ContentStored reports whether the content s names is stored as recorded: Ready is True, or
+// says only that the pods have yet to confirm it (RollingOut, PodsBehind).
+func (s *DecofileStatus) ContentStored() bool {
+	for _, c := range s.Conditions {
+		if c.Type == ConditionReady {
+			return c.Status == metav1.ConditionTrue || c.Reason == ReasonRollingOut || c.Reason == ReasonPodsBehind
+		}
+	}
+	return false
 }
 
 // StoredArtifact describes the content s says is stored, read from revision; nil when nothing

@@ -69,12 +69,14 @@ const (
 
 // Condition types and reasons recorded on a Decofile.
 const (
-	// ConditionReady is True when the current content is stored where pods load it from.
+	// ConditionReady is True when the current content is stored where pods load it from and,
+	// unless the Decofile is silent, every running pod confirmed it (status.notifiedHash).
 	ConditionReady = "Ready"
 	// ConditionPodsNotified tracks the rollout of the current content to running pods.
 	ConditionPodsNotified = "PodsNotified"
 	// ConditionReconciling (kstatus, abnormal-true) is True while a transient delivery failure
-	// is being retried; removed once the content is stored.
+	// is being retried and while stored content is being rolled out to the pods; removed once
+	// the content is delivered.
 	ConditionReconciling = "Reconciling"
 	// ConditionStalled (kstatus, abnormal-true) is True when delivery failed in a way retrying
 	// cannot fix (too large, invalid content, a refused source, a conflict); removed once the
@@ -87,6 +89,12 @@ const (
 	ReasonS3Uploaded = "S3Uploaded"
 	// ReasonProgressing: the content is being fetched or stored.
 	ReasonProgressing = "Progressing"
+	// ReasonRollingOut: the content is stored and not every pod has confirmed it yet
+	// (Ready=Unknown, Reconciling=True).
+	ReasonRollingOut = "RollingOut"
+	// ReasonPodsBehind: the content is stored, a rollout to the pods failed and is retried with
+	// backoff (Ready=False, Reconciling=True); PodsNotified names the pods.
+	ReasonPodsBehind = "PodsBehind"
 	// ReasonTargetNotSupported: spec.target names a target siteops does not deliver
 	// (tanstack-kv, served by the published Decofile operator v0.11); the Decofile and what it
 	// stored are left as they are.

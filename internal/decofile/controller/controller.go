@@ -229,8 +229,9 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		Named("decofile-delivery").
 		// Only spec changes (generation) and annotation changes (a forced refresh) start a
 		// reconcile: this controller's own status writes, and the rollout controller's, do not.
-		// A rollback's request to store the last good content again (Decofile.RollingBack) too.
-		For(&decov1.Decofile{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, rollbackRequested))).
+		// A rollback's request to store the last good content again (Decofile.RollingBack) too,
+		// and the rollout's writes that change what Ready says (the pods confirmed the content).
+		For(&decov1.Decofile{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, rollbackRequested, readinessChanged))).
 		// Metadata only: the manager must not cache every ConfigMap and Secret of the cluster.
 		// A changed or deleted ConfigMap is checked and restored; a deleted reload Secret is recreated.
 		// A created one is not: it is this controller's own write (or, at start, one whose

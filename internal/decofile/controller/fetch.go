@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
@@ -25,8 +24,7 @@ func (r *Reconciler) fetch(ctx context.Context, df *decov1.Decofile, intact bool
 		return nil, "", false, err
 	}
 	if rev := res.Revision; rev != "" {
-		if intact && rev == df.Status.Revision() && df.Status.ObservedGeneration == df.Generation &&
-			meta.IsStatusConditionTrue(df.Status.Conditions, decov1.ConditionReady) {
+		if intact && rev == df.Status.Revision() && df.Status.ObservedGeneration == df.Generation && df.Status.ContentStored() {
 			return nil, rev, true, nil
 		}
 		if r.isRejected(df, rev) || rolledBack(df, "", rev) {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
@@ -57,8 +58,8 @@ func TestInlineSmallThenLarge(t *testing.T) {
 	s := df.Status
 	if s.ContentHash != encode.Hash(want) || s.Format != decov1.FormatJSON || s.RawBytes != int64(len(want)) ||
 		s.StoredBytes != int64(len(want)) || s.ConfigMapName != "decofile-site" || s.SourceType != decov1.SourceInline ||
-		s.LastUpdated == nil || s.GitHubCommit != "" || s.NotifiedHash != "" {
-		t.Fatalf("status %+v", s)
+		s.LastUpdated == nil || s.GitHubCommit != "" || s.NotifiedHash != s.ContentHash {
+		t.Fatalf("status %+v", s) // no pod to tell: the rollout is recorded with the content
 	}
 	if c := ready(df); c.ObservedGeneration != df.Generation || !strings.Contains(c.Message, "decofile.json") {
 		t.Fatalf("Ready %+v", c)
@@ -202,7 +203,9 @@ func TestNoWriteWhenUnchanged(t *testing.T) {
 }
 
 // TestReloadSecretAndRolloutFields: the reload Secret is created once and never regenerated;
-// the rollout controller's fields (notifiedHash, rollout, PodsNotified) survive content changes.
+// the rollout controller's fields (notifiedHash, rollout, PodsNotified) survive content changes,
+// and Ready follows them: new content stored while pods have yet to confirm it is RollingOut
+// (kstatus InProgress), and Ready once they did (kstatus Current).
 func TestReloadSecretAndRolloutFields(t *testing.T) {
 	e := start(t)
 	ns := e.c.Namespace(t, "secret", nil)
@@ -238,7 +241,7 @@ func TestReloadSecretAndRolloutFields(t *testing.T) {
 	confirmed := e.get(t, ns, "site").Status.NotifiedHash
 
 	e.update(t, ns, "site", func(d *decov1.Decofile) { d.Spec.Inline = inline(map[string]string{"a": `2`}) })
-	got := e.waitReady(t, ns, "site", metav1.ConditionTrue, "", func(d *decov1.Decofile) error {
+	got := e.waitReady(t, ns, "site", metav1.ConditionUnknown, decov1.ReasonRollingOut, func(d *decov1.Decofile) error {
 		if d.Status.ContentHash == confirmed {
 			return errorf("content hash not updated yet")
 		}
@@ -247,6 +250,23 @@ func TestReloadSecretAndRolloutFields(t *testing.T) {
 	if got.Status.NotifiedHash != confirmed || got.Status.Rollout == nil || got.Status.Rollout.Notified != 3 ||
 		meta.FindStatusCondition(got.Status.Conditions, decov1.ConditionPodsNotified) == nil {
 		t.Fatalf("rollout fields clobbered: %+v", got.Status)
+	}
+	if c := meta.FindStatusCondition(got.Status.Conditions, decov1.ConditionReconciling); c == nil || c.Status != metav1.ConditionTrue || c.Reason != decov1.ReasonRollingOut {
+		t.Fatalf("Reconciling while the pods have yet to confirm the content: %+v", c)
+	}
+	if res := kstatusOf(t, got); res.Status != status.InProgressStatus {
+		t.Fatalf("stored, not delivered: kstatus %s (%s), want InProgress", res.Status, res.Message)
+	}
+	// The pods confirm it: Ready, nothing reconciling, Current.
+	testenv_eventually(t, func() error {
+		cur := e.get(t, ns, "site")
+		old := cur.DeepCopy()
+		cur.Status.NotifiedHash = cur.Status.ContentHash
+		return e.c.Client.Status().Patch(context.Background(), cur, client.MergeFromWithOptions(old, client.MergeFromWithOptimisticLock{}))
+	})
+	delivered := e.waitReady(t, ns, "site", metav1.ConditionTrue, decov1.ReasonSucceeded, nil)
+	if res := kstatusOf(t, delivered); res.Status != status.CurrentStatus || meta.FindStatusCondition(delivered.Status.Conditions, decov1.ConditionReconciling) != nil {
+		t.Fatalf("delivered: kstatus %s (%s), conditions %+v", res.Status, res.Message, delivered.Status.Conditions)
 	}
 
 	if err := e.c.Client.Get(context.Background(), key, &s); err != nil {

@@ -26,6 +26,7 @@ import (
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/decofile/controller"
 	"github.com/siteops/siteops/internal/decofile/encode"
+	"github.com/siteops/siteops/internal/decofile/rollout"
 	"github.com/siteops/siteops/internal/decofile/source"
 	"github.com/siteops/siteops/internal/decofile/source/ghtest"
 	"github.com/siteops/siteops/internal/servers"
@@ -112,6 +113,9 @@ func start(t *testing.T) *env {
 			Tokens:      source.TokenPolicy{Fallback: fallbackToken, AllowedOrgs: []string{allowedOrg, appOrg}, App: app},
 			FluxStorage: flux.StorageURL,
 			Encode:      encode.Options{Threshold: testThreshold, Limit: testLimit},
+			// As in the manager: the rollout of content no pod has to hear about is written with
+			// it, so Ready (stored and delivered) needs no rollout controller here.
+			Rollout: rollout.Settler{Reader: mgr.GetAPIReader()},
 		})
 		if err != nil {
 			t.Fatal(err)

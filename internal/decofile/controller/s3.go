@@ -30,8 +30,10 @@ func (r *Reconciler) deliverS3(ctx context.Context, df *decov1.Decofile, next *d
 	store := r.opts.S3
 	url := store.URL(df)
 	// The status describes an upload of this content to this URL, and it succeeded (Ready with
-	// reason S3Uploaded): a flip from configmap, or a new deploymentId, uploads again.
-	intact := df.Status.ContentHash != "" && df.Status.S3URL == url && readyReason(df) == decov1.ReasonS3Uploaded
+	// reason S3Uploaded, or stored with no ConfigMap while the pods confirm it): a flip from
+	// configmap, or a new deploymentId, uploads again.
+	intact := df.Status.ContentHash != "" && df.Status.S3URL == url &&
+		(readyReason(df) == decov1.ReasonS3Uploaded || (df.Status.ContentStored() && df.Status.ConfigMapName == ""))
 
 	start := r.now()
 	blocks, commit, cached, err := r.fetch(ctx, df, intact)

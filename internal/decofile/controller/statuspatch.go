@@ -94,7 +94,7 @@ func (w *StatusWriter) Write(ctx context.Context, df metav1.Object, old, next *d
 // notifiedHash, rollout and PodsNotified condition are never overwritten; see StatusWriter.
 // settle, when set, is the rollout's own change to the status (RolloutSettler), written with it.
 func (r *Reconciler) patchStatus(ctx context.Context, df *decov1.Decofile, next *decov1.DecofileStatus, settle func(*decov1.Decofile) bool) error {
-	if statusEqual(&df.Status, next) {
+	if statusEqual(&df.Status, next, df) {
 		return nil
 	}
 	key := types.NamespacedName{Namespace: df.Namespace, Name: df.Name}
@@ -114,12 +114,13 @@ func (r *Reconciler) patchStatus(ctx context.Context, df *decov1.Decofile, next 
 		}
 		first = false
 		want := cur.Status.DeepCopy()
-		apply(want, next)
+		apply(want, next, cur)
 		if settle != nil {
 			// The rollout's change sees the Decofile as it will be, without the content.
 			d := &decov1.Decofile{ObjectMeta: metav1.ObjectMeta{Generation: cur.Generation}, Status: *want}
 			settle(d)
 			want = &d.Status
+			setReady(want, next, cur) // the rollout it recorded is Ready's to follow
 		}
 		rv, err := r.status.Write(ctx, cur, &cur.Status, want)
 		r.written.Wrote(key, rv)
@@ -151,8 +152,9 @@ func (r *Reconciler) read(ctx context.Context, key types.NamespacedName, df *dec
 	return r.reader.Get(ctx, key, df)
 }
 
-// apply copies the fields this controller owns from next into s.
-func apply(s, next *decov1.DecofileStatus) {
+// apply copies the fields this controller owns from next into s, Ready following the pods'
+// confirmations s holds (setReady) for df.
+func apply(s, next *decov1.DecofileStatus, df *decov1.Decofile) {
 	s.ObservedGeneration = next.ObservedGeneration
 	s.SourceType = next.SourceType
 	s.GitHubCommit, s.ShortCommit = next.GitHubCommit, next.ShortCommit
@@ -166,17 +168,16 @@ func apply(s, next *decov1.DecofileStatus) {
 	s.LastUpdated = next.LastUpdated
 	s.Artifact = decov1.StoredArtifact(next, next.Revision())
 	s.LastHandledReconcileAt = next.LastHandledReconcileAt
-	for _, t := range []string{decov1.ConditionReady, decov1.ConditionReconciling, decov1.ConditionStalled} {
-		if c := meta.FindStatusCondition(next.Conditions, t); c != nil {
-			meta.SetStatusCondition(&s.Conditions, *c)
-		} else {
-			meta.RemoveStatusCondition(&s.Conditions, t)
-		}
+	if c := meta.FindStatusCondition(next.Conditions, decov1.ConditionStalled); c != nil {
+		meta.SetStatusCondition(&s.Conditions, *c)
+	} else {
+		meta.RemoveStatusCondition(&s.Conditions, decov1.ConditionStalled)
 	}
+	setReady(s, next, df)
 }
 
-func statusEqual(cur, next *decov1.DecofileStatus) bool {
+func statusEqual(cur, next *decov1.DecofileStatus, df *decov1.Decofile) bool {
 	probe := cur.DeepCopy()
-	apply(probe, next)
+	apply(probe, next, df)
 	return equality.Semantic.DeepEqual(*probe, *cur)
 }

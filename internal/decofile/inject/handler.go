@@ -188,7 +188,7 @@ func (h *Injector) mutate(ctx context.Context, namespace string, obj *unstructur
 		plan.Format = format
 		warnings = append(warnings, w...)
 	}
-	if c := meta.FindStatusCondition(d.Status.Conditions, decov1.ConditionReady); c != nil && c.Status != "True" {
+	if c := meta.FindStatusCondition(d.Status.Conditions, decov1.ConditionReady); c != nil && !d.Status.ContentStored() {
 		warnings = append(warnings, fmt.Sprintf("Decofile %q is not ready (%s: %s): pods may not find their content until it is", d.Name, c.Reason, c.Message))
 	}
 	if ok, err := h.secretExists(ctx, namespace, plan.ReloadSecret); err == nil && !ok {

@@ -33,6 +33,7 @@ import (
 	"github.com/siteops/siteops/internal/decofile/controller"
 	"github.com/siteops/siteops/internal/decofile/encode"
 	"github.com/siteops/siteops/internal/decofile/push"
+	"github.com/siteops/siteops/internal/decofile/rollout"
 	"github.com/siteops/siteops/internal/decofile/source"
 	"github.com/siteops/siteops/internal/egress"
 	"github.com/siteops/siteops/internal/servers"
@@ -100,7 +101,8 @@ func startFanout(t testing.TB) *fanoutEnv {
 		err = controller.Setup(mgr, controller.Options{
 			Push:   trigger,
 			Git:    &source.Git{Egress: loopback, Timeout: fanoutTimeout},
-			Encode: encode.Options{},
+			Encode:  encode.Options{},
+			Rollout: rollout.Settler{Reader: mgr.GetAPIReader()},
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -206,12 +206,6 @@ func readyReason(df *decov1alpha1.Decofile) string {
 	return ""
 }
 
-func readyStatus(df *decov1alpha1.Decofile) metav1.ConditionStatus {
-	if c := meta.FindStatusCondition(df.Status.Conditions, decov1alpha1.ConditionReady); c != nil {
-		return c.Status
-	}
-	return ""
-}
 
 // Reconcile decides whether the Decofile needs a rollout and starts it. The rollout itself runs
 // in the Decofile's own runner (see runners.go), never in one of the controller's few workers, so

@@ -42,7 +42,7 @@ func (s Settler) Settle(ctx context.Context, df *decov1alpha1.Decofile, next *de
 	}
 	var counted sync.Once // the change is made again when the write is retried
 	return func(d *decov1alpha1.Decofile) bool {
-		if readyStatus(d) != metav1.ConditionTrue || d.Status.ContentHash != hash || d.Status.NotifiedHash == hash {
+		if !d.Status.ContentStored() || d.Status.ContentHash != hash || d.Status.NotifiedHash == hash {
 			return false
 		}
 		counted.Do(rolloutsTotal.WithLabelValues("succeeded").Inc)
