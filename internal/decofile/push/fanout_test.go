@@ -99,8 +99,8 @@ func startFanout(t testing.TB) *fanoutEnv {
 			t.Fatal(err)
 		}
 		err = controller.Setup(mgr, controller.Options{
-			Push:   trigger,
-			Git:    &source.Git{Egress: loopback, Timeout: fanoutTimeout},
+			Push:    trigger,
+			Git:     &source.Git{Egress: loopback, Timeout: fanoutTimeout},
 			Encode:  encode.Options{},
 			Rollout: rollout.Settler{Reader: mgr.GetAPIReader()},
 		})

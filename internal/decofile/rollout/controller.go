@@ -206,7 +206,6 @@ func readyReason(df *decov1alpha1.Decofile) string {
 	return ""
 }
 
-
 // Reconcile decides whether the Decofile needs a rollout and starts it. The rollout itself runs
 // in the Decofile's own runner (see runners.go), never in one of the controller's few workers, so
 // pods that hold their requests delay nobody else's rollout.
