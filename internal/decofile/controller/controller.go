@@ -456,27 +456,12 @@ func (r *Reconciler) deliverConfigMap(ctx context.Context, df *decov1.Decofile, 
 	// someone else changed it. It is rewritten from the source like any missing content.
 	defaced := cm != nil && !intact && df.Status.StoredHash != "" && df.Status.ConfigMapName == cm.Name
 
-	start := r.now()
-	blocks, commit, cached, err := r.fetch(ctx, df, intact)
-	fetchDuration.WithLabelValues(string(df.Spec.Source)).Observe(r.now().Sub(start).Seconds())
-	if errors.Is(err, errRejected) {
-		return outcome{known: true}
+	got, failed := r.retrieve(ctx, df, intact)
+	if failed != nil {
+		return *failed
 	}
-	if err != nil {
-		out := fail(err)
-		out.commit = commit
-		return out
-	}
-	if !cached {
-		// The content is held from here until it is stored: within the memory budget.
-		release, err := r.admit(ctx, df.Namespace, blocks)
-		if err != nil {
-			out := fail(err)
-			out.commit = commit
-			return out
-		}
-		defer release()
-	}
+	defer got.release()
+	blocks, commit, cached := got.blocks, got.commit, got.cached
 	out := r.store(ctx, df, next, cm, conflict, intact, blocks, commit, cached)
 	out.commit = commit
 	if out.err == nil {
@@ -484,6 +469,38 @@ func (r *Reconciler) deliverConfigMap(ctx context.Context, df *decov1.Decofile, 
 		out.restored = defaced && out.changed
 	}
 	return out
+}
+
+// retrieved is the content a reconcile read from its source.
+type retrieved struct {
+	blocks source.Blocks
+	commit string
+	// cached: the revision is the one stored and intact; nothing was downloaded.
+	cached bool
+	// release gives back the memory the content holds until it is stored.
+	release func()
+}
+
+// retrieve reads df's content from its source (nothing when intact says the stored revision
+// needs no download) and admits it into the memory budget, where it stays until release. The
+// outcome, when not nil, is why nothing was retrieved.
+func (r *Reconciler) retrieve(ctx context.Context, df *decov1.Decofile, intact bool) (retrieved, *outcome) {
+	start := r.now()
+	blocks, commit, cached, err := r.fetch(ctx, df, intact)
+	fetchDuration.WithLabelValues(string(df.Spec.Source)).Observe(r.now().Sub(start).Seconds())
+	if errors.Is(err, errRejected) {
+		return retrieved{}, &outcome{known: true}
+	}
+	got := retrieved{blocks: blocks, commit: commit, cached: cached, release: func() {}}
+	if err == nil && !cached {
+		got.release, err = r.admit(ctx, df.Namespace, blocks)
+	}
+	if err != nil {
+		out := fail(err)
+		out.commit = commit
+		return retrieved{}, &out
+	}
+	return got, nil
 }
 
 // errRejected says the resolved commit is the one that already failed for good.

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -35,17 +34,12 @@ func (r *Reconciler) deliverS3(ctx context.Context, df *decov1.Decofile, next *d
 	intact := df.Status.ContentHash != "" && df.Status.S3URL == url &&
 		(readyReason(df) == decov1.ReasonS3Uploaded || (df.Status.ContentStored() && df.Status.ConfigMapName == ""))
 
-	start := r.now()
-	blocks, commit, cached, err := r.fetch(ctx, df, intact)
-	fetchDuration.WithLabelValues(string(df.Spec.Source)).Observe(r.now().Sub(start).Seconds())
-	if errors.Is(err, errRejected) {
-		return outcome{known: true}
+	got, failed := r.retrieve(ctx, df, intact)
+	if failed != nil {
+		return *failed
 	}
-	if err != nil {
-		out := fail(err)
-		out.commit = commit
-		return out
-	}
+	defer got.release()
+	blocks, commit, cached := got.blocks, got.commit, got.cached
 	succeeded := func(changed bool) outcome {
 		recordRevision(next, df.Spec.Source, commit)
 		msg := fmt.Sprintf("uploaded %d bytes of JSON to %s (%s), timestamp %d", next.RawBytes, store.Describe(df), next.S3URL, next.Timestamp)
@@ -57,13 +51,6 @@ func (r *Reconciler) deliverS3(ctx context.Context, df *decov1.Decofile, next *d
 	if cached {
 		return succeeded(false)
 	}
-	release, err := r.admit(ctx, df.Namespace, blocks)
-	if err != nil {
-		out := fail(err)
-		out.commit = commit
-		return out
-	}
-	defer release()
 	merged, err := encode.MergeWithin(blocks, r.bounds())
 	if err != nil {
 		out := fail(tooLarge(err))
