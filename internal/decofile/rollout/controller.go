@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -84,6 +85,8 @@ type Reconciler struct {
 
 	mu       sync.Mutex
 	failures map[string]failure
+	// retries spaces the retries of a failed rollout (per Decofile, reset with each new hash).
+	retries workqueue.TypedRateLimiter[string]
 	// pendingRollbacks holds, per Decofile, the rollback waiting for the delivery controller to
 	// store the last good content again (see rollBack).
 	pendingRollbacks sync.Map // key → pendingRollback
@@ -100,11 +103,10 @@ type Reconciler struct {
 	confirmed confirmations
 }
 
-// failure remembers the failed rollouts of one content hash, for backoff.
+// failure remembers when a failed rollout of one content hash may be retried.
 type failure struct {
-	hash  string
-	count int
-	next  time.Time
+	hash string
+	next time.Time
 }
 
 // +kubebuilder:rbac:groups=deco.sites,resources=decofiles,verbs=get;list;watch
@@ -164,6 +166,7 @@ func setup(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 		checkClient: notify.NewClient(),
 		opts:        o,
 		failures:    map[string]failure{},
+		retries:     workqueue.NewTypedItemExponentialFailureRateLimiter[string](o.RetryBase, o.RetryMax),
 		loads:       make(chan struct{}, o.MaxConcurrentLoads),
 		memory:      newRolloutMemory(o.MemoryBytes),
 		runners:     newRunners(),
@@ -555,12 +558,9 @@ func (r *Reconciler) recordFailure(key, hash string) time.Duration {
 	f := r.failures[key]
 	if f.hash != hash {
 		f = failure{hash: hash}
+		r.retries.Forget(key)
 	}
-	f.count++
-	wait := r.opts.RetryBase << min(f.count-1, 20)
-	if wait > r.opts.RetryMax || wait <= 0 {
-		wait = r.opts.RetryMax
-	}
+	wait := r.retries.When(key)
 	f.next = time.Now().Add(wait)
 	r.failures[key] = f
 	return wait
@@ -581,4 +581,5 @@ func (r *Reconciler) forget(key string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.failures, key)
+	r.retries.Forget(key)
 }
