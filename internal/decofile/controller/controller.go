@@ -256,15 +256,21 @@ func Setup(mgr ctrl.Manager, o Options) error {
 
 // rollbackRequested lets through the update that asks this controller to store the last good
 // content again for a progressive rollout's rollback.
-var rollbackRequested = predicate.Funcs{
-	CreateFunc:  func(event.CreateEvent) bool { return false },
-	DeleteFunc:  func(event.DeleteEvent) bool { return false },
-	GenericFunc: func(event.GenericEvent) bool { return false },
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		o, ok1 := e.ObjectOld.(*decov1.Decofile)
-		n, ok2 := e.ObjectNew.(*decov1.Decofile)
-		return ok1 && ok2 && n.RollingBack() && !o.RollingBack()
-	},
+var rollbackRequested = decofileUpdates(func(o, n *decov1.Decofile) bool { return n.RollingBack() && !o.RollingBack() })
+
+// decofileUpdates lets through the Decofile updates for which changed(old, new) is true, and
+// no create, delete or generic event.
+func decofileUpdates(changed func(o, n *decov1.Decofile) bool) predicate.Funcs {
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*decov1.Decofile)
+			n, ok2 := e.ObjectNew.(*decov1.Decofile)
+			return ok1 && ok2 && changed(o, n)
+		},
+	}
 }
 
 // outcome is what one reconcile decided, before it is recorded in status.
@@ -382,7 +388,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	switch {
 	case out.err != nil:
 		reconcilesTotal.WithLabelValues(out.reason).Inc()
-		r.recorder.Eventf(&df, nil, corev1.EventTypeWarning, out.reason, "Deliver", "%s", truncate(out.message, 1000))
+		if out.reason != decov1.ReasonRolledBack && out.reason != decov1.ReasonRollbackFailed {
+			// A rollback's Event is the rollout controller's, which ends it knowing the step,
+			// the pods and which of them took the content back: one Event (and alert) each.
+			r.recorder.Eventf(&df, nil, corev1.EventTypeWarning, out.reason, "Deliver", "%s", truncate(out.message, 1000))
+		}
 		log.Info("Decofile not delivered", "reason", out.reason, "error", out.message, "transient", out.transient)
 		if out.transient {
 			// Backoff comes from the workqueue's rate limiter.

@@ -3,8 +3,6 @@ package controller
 import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 )
@@ -63,20 +61,14 @@ func pending(st *decov1.DecofileStatus, df *decov1.Decofile) (string, metav1.Con
 // must say of the stored content (the pods confirmed it, or a rollout of it failed or started
 // again), so this controller records it. Its own writes already agree with them, and rollout
 // progress does not change Ready.
-var readinessChanged = predicate.Funcs{
-	CreateFunc:  func(event.CreateEvent) bool { return false },
-	DeleteFunc:  func(event.DeleteEvent) bool { return false },
-	GenericFunc: func(event.GenericEvent) bool { return false },
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		df, ok := e.ObjectNew.(*decov1.Decofile)
-		if !ok || !df.Status.ContentStored() {
-			return false
-		}
-		ready := meta.FindStatusCondition(df.Status.Conditions, decov1.ConditionReady)
-		want, _ := pending(&df.Status, df)
-		if want == "" {
-			return ready.Status != metav1.ConditionTrue
-		}
-		return ready.Reason != want
-	},
-}
+var readinessChanged = decofileUpdates(func(_, df *decov1.Decofile) bool {
+	if !df.Status.ContentStored() {
+		return false
+	}
+	ready := meta.FindStatusCondition(df.Status.Conditions, decov1.ConditionReady)
+	want, _ := pending(&df.Status, df)
+	if want == "" {
+		return ready.Status != metav1.ConditionTrue
+	}
+	return ready.Reason != want
+})

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,15 +42,7 @@ func TestKstatusFollowsTheRollout(t *testing.T) {
 	e.create(df)
 	// No pod yet: stored is delivered.
 	e.kstatus(df, status.CurrentStatus, metav1.ConditionTrue, decov1alpha1.ReasonSucceeded)
-	var token string
-	testenv.Eventually(t, 20*time.Second, func() error {
-		var s corev1.Secret
-		if err := e.c.Client.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: df.ReloadSecretName()}, &s); err != nil {
-			return err
-		}
-		token = string(s.Data[decov1alpha1.ReloadTokenKey])
-		return nil
-	})
+	token := e.reloadToken(df)
 	const (
 		answer int32 = iota
 		hold

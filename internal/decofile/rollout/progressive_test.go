@@ -321,12 +321,18 @@ func TestBadPublishIsRolledBack(t *testing.T) {
 		if err := e.c.Client.List(ctx, &evs, client.InNamespace(e.ns)); err != nil {
 			return err
 		}
+		// One Event per rollback (an alert each, with --events-addr), from the controller
+		// that knows its whole story: the step, the pods, and the pods given the content back.
+		var notes []string
 		for _, ev := range evs.Items {
-			if ev.Reason == rollout.ReasonRolledBack && ev.Type == corev1.EventTypeWarning && ev.Regarding.Name == df.Name && strings.Contains(ev.Note, "store-0") {
-				return nil
+			if ev.Reason == rollout.ReasonRolledBack && ev.Type == corev1.EventTypeWarning && ev.Regarding.Name == df.Name {
+				notes = append(notes, ev.Note)
 			}
 		}
-		return errors.New("no RolledBack Warning event")
+		if len(notes) != 1 || !strings.Contains(notes[0], "store-0") {
+			return fmt.Errorf("RolledBack Warning events %q, want one naming store-0", notes)
+		}
+		return nil
 	})
 
 	// Not retried while the source still holds it: a forced delivery reconcile leaves it out.

@@ -275,6 +275,22 @@ func labelled(df *decov1alpha1.Decofile) map[string]string {
 }
 
 // podsNotified waits for PodsNotified with status and a message containing msg.
+// reloadToken waits for the reload Secret the delivery controller creates for df and returns
+// its token.
+func (e *env) reloadToken(df *decov1alpha1.Decofile) string {
+	e.t.Helper()
+	var token string
+	testenv.Eventually(e.t, 20*time.Second, func() error {
+		var s corev1.Secret
+		if err := e.c.Client.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: df.ReloadSecretName()}, &s); err != nil {
+			return err
+		}
+		token = string(s.Data[decov1alpha1.ReloadTokenKey])
+		return nil
+	})
+	return token
+}
+
 func (e *env) podsNotified(df *decov1alpha1.Decofile, status metav1.ConditionStatus, msg string, timeout time.Duration) *decov1alpha1.Decofile {
 	e.t.Helper()
 	var got *decov1alpha1.Decofile
@@ -692,15 +708,7 @@ func TestWithDeliveryController(t *testing.T) {
 			Value: map[string]apiextensionsv1.JSON{"site": {Raw: []byte(`{"name":"first","padding":"` + strings.Repeat("deco ", 40) + `"}`)}}}},
 	}
 	e.create(df)
-	var token string
-	testenv.Eventually(t, 20*time.Second, func() error {
-		var s corev1.Secret
-		if err := e.c.Client.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: df.ReloadSecretName()}, &s); err != nil {
-			return err
-		}
-		token = string(s.Data[decov1alpha1.ReloadTokenKey])
-		return nil
-	})
+	token := e.reloadToken(df)
 	pods := []*sitePod{
 		e.sitePod("inline-site-a", podOpts{labels: labelled(df), token: token}),
 		e.sitePod("inline-site-b", podOpts{labels: labelled(df), token: token}),
