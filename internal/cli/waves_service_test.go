@@ -9,6 +9,8 @@ import (
 	"github.com/go-git/go-git/v5"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/siteops/siteops/internal/waves/wavestest"
 )
 
 // dependsOn returns each app-tier Kustomization's dependsOn as an environment builds it.
@@ -83,7 +85,7 @@ func TestServiceGranularity(t *testing.T) {
 		t.Fatalf("cutover-check: %v\n%s", err, out)
 	}
 	// The chain check knows every dependency of a service.
-	replaceIn(t, dir, "clusters/base/apps-portal.yaml", "  - name: apps-web\n", "")
+	wavestest.Edit(t, dir, "clusters/base/apps-portal.yaml", "  - name: apps-web\n", "")
 	out, err = wavesRun(t, "waves", "lint", "--repo", dir)
 	if !errors.Is(err, errProblems) || !strings.Contains(out, "chain: Kustomization apps-portal dependsOn [apps-reports], want [apps-reports apps-web]") {
 		t.Fatalf("lint with a missing dependency: %v\n%s", err, out)
@@ -109,8 +111,8 @@ func TestNewDependencyMovesNothingPerService(t *testing.T) {
 			if out, err := wavesRun(t, "waves", "emit", "--repo", dir, "--move", "--granularity", tc.granularity); err != nil {
 				t.Fatal(err, out)
 			}
-			gitCommit(t, dir, "split")
-			replaceIn(t, dir, "catalog/web.yaml", "  - to: api\n", "  - to: api\n  - to: worker\n")
+			wavestest.Commit(t, dir, "split")
+			wavestest.Edit(t, dir, "catalog/web.yaml", "  - to: api\n", "  - to: api\n  - to: worker\n")
 			if out, err := wavesRun(t, "waves", "emit", "--repo", dir, "--move"); err != nil {
 				t.Fatal(err, out)
 			}
@@ -129,7 +131,7 @@ func TestSwitchGranularityRoundTrip(t *testing.T) {
 	if out, err := wavesRun(t, "waves", "emit", "--repo", dir, "--move"); err != nil {
 		t.Fatal(err, out)
 	}
-	gitCommit(t, dir, "waves")
+	wavestest.Commit(t, dir, "waves")
 	out, err := wavesRun(t, "waves", "emit", "--repo", dir, "--move", "--granularity", "service")
 	if err != nil || !strings.Contains(out, "delete clusters/base/apps-wave-6.yaml") || !strings.Contains(out, "move   apps/wave-0/cache.yaml -> apps/cache/cache.yaml") {
 		t.Fatalf("switch to service: %v\n%s", err, out)

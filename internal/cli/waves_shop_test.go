@@ -7,12 +7,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/go-git/go-git/v5"
-	"github.com/go-git/go-git/v5/plumbing/object"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/siteops/siteops/internal/waves/wavestest"
 )
 
 // shopFixture copies the second sample repository (seven waves, extra units with and without
@@ -20,46 +19,7 @@ import (
 // patch) into a git repository with one commit.
 func shopFixture(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	if err := os.CopyFS(dir, os.DirFS(filepath.Join("..", "waves", "testdata", "shop"))); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := git.PlainInit(dir, false); err != nil {
-		t.Fatal(err)
-	}
-	gitCommit(t, dir, "shop: one apps Kustomization")
-	return dir
-}
-
-func gitCommit(t *testing.T, dir, msg string) {
-	t.Helper()
-	g, err := git.PlainOpen(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wt, _ := g.Worktree()
-	if err := wt.AddWithOptions(&git.AddOptions{All: true}); err != nil {
-		t.Fatal(err)
-	}
-	sig := &object.Signature{Name: "ops", Email: "ops@example.test", When: time.Unix(1700000000, 0)}
-	if _, err := wt.Commit(msg, &git.CommitOptions{Author: sig, Committer: sig, AllowEmptyCommits: true}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func replaceIn(t *testing.T, dir, rel, old, new string) {
-	t.Helper()
-	p := filepath.Join(dir, filepath.FromSlash(rel))
-	data, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(data), old) {
-		t.Fatalf("%s has no %q", rel, old)
-	}
-	if err := os.WriteFile(p, []byte(strings.Replace(string(data), old, new, 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	return wavestest.Repo(t, filepath.Join("..", "waves", "testdata", "shop"), "shop: one apps Kustomization")
 }
 
 func TestShopPrintAndPlan(t *testing.T) {
@@ -179,7 +139,7 @@ func TestShopEmitLintCutover(t *testing.T) {
 	}
 
 	// A wave patch that no longer decrypts is found on the strategic-merge layout too.
-	replaceIn(t, dir, "clusters/prod/kustomization.yaml",
+	wavestest.Edit(t, dir, "clusters/prod/kustomization.yaml",
 		"name: apps-wave-6\n        namespace: flux-system\n      spec:\n        decryption:\n          provider: sops\n          secretRef:\n            name: sops-gpg\n",
 		"name: apps-wave-6\n        namespace: flux-system\n      spec:\n        interval: 1m\n")
 	out, err = wavesRun(t, "waves", "lint", "--repo", dir)
@@ -192,8 +152,8 @@ func TestShopEmitLintCutover(t *testing.T) {
 // in wave 3 without a new Kustomization.
 func TestShopCutoverAfterPruneOffAndOnboarding(t *testing.T) {
 	dir := shopFixture(t)
-	replaceIn(t, dir, "clusters/base/apps.yaml", "prune: true", "prune: false")
-	gitCommit(t, dir, "apps: stop pruning")
+	wavestest.Edit(t, dir, "clusters/base/apps.yaml", "prune: true", "prune: false")
+	wavestest.Commit(t, dir, "apps: stop pruning")
 	if out, err := wavesRun(t, "waves", "emit", "--repo", dir, "--move"); err != nil {
 		t.Fatal(err, out)
 	}
@@ -201,7 +161,7 @@ func TestShopCutoverAfterPruneOffAndOnboarding(t *testing.T) {
 	if err != nil || !strings.Contains(out, "no hazard") {
 		t.Fatalf("cutover-check after prune off: %v\n%s", err, out)
 	}
-	gitCommit(t, dir, "split into waves")
+	wavestest.Commit(t, dir, "split into waves")
 	if out, err := wavesRun(t, "catalog", "render", filepath.Join(dir, "catalog", "billing.yaml"), "-o", filepath.Join(dir, "apps"), "--wave-layout"); err != nil {
 		t.Fatal(err, out)
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/go-git/go-git/v5"
+
+	"github.com/siteops/siteops/internal/waves/wavestest"
 )
 
 // wavesRun runs the siteops command line and returns its output and error.
@@ -150,7 +152,7 @@ func TestWavesCutoverCheckFlagsTheSplit(t *testing.T) {
 	if _, err := git.PlainInit(dir, false); err != nil {
 		t.Fatal(err)
 	}
-	gitCommit(t, dir, "pre-split")
+	wavestest.Commit(t, dir, "pre-split")
 	if out, err := wavesRun(t, "waves", "emit", "--repo", dir, "--move"); err != nil {
 		t.Fatal(err, out)
 	}

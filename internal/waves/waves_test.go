@@ -9,10 +9,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/go-git/go-git/v5"
-	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"github.com/siteops/siteops/internal/waves"
 	"github.com/siteops/siteops/internal/waves/cutover"
@@ -20,42 +16,18 @@ import (
 	"github.com/siteops/siteops/internal/waves/lint"
 	"github.com/siteops/siteops/internal/waves/plan"
 	"github.com/siteops/siteops/internal/waves/repo"
+	"github.com/siteops/siteops/internal/waves/wavestest"
 )
 
 // fixture copies the seed's homelab repository into a git repository and commits it.
 func fixture(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	copyTree(t, filepath.Join("testdata", "homelab"), dir)
-	if _, err := git.PlainInit(dir, false); err != nil {
-		t.Fatal(err)
-	}
-	commit(t, dir, "pre-split layout")
-	return dir
+	return wavestest.Repo(t, filepath.Join("testdata", "homelab"), "pre-split layout")
 }
 
 func copyTree(t *testing.T, from, to string) {
 	t.Helper()
 	if err := os.CopyFS(to, os.DirFS(from)); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func commit(t *testing.T, dir, msg string) {
-	t.Helper()
-	g, err := git.PlainOpen(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wt, err := g.Worktree()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := wt.AddWithOptions(&git.AddOptions{All: true}); err != nil {
-		t.Fatal(err)
-	}
-	sig := &object.Signature{Name: "ops", Email: "ops@example.test", When: time.Unix(1700000000, 0)}
-	if _, err := wt.Commit(msg, &git.CommitOptions{Author: sig, Committer: sig, AllowEmptyCommits: true}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -290,23 +262,14 @@ func writeFile(t *testing.T, dir, rel, content string) {
 	}
 }
 
-func edit(t *testing.T, dir, rel, old, new string) {
-	t.Helper()
-	s := read(t, dir, rel)
-	if !strings.Contains(s, old) {
-		t.Fatalf("%s does not contain %q", rel, old)
-	}
-	writeFile(t, dir, rel, strings.Replace(s, old, new, 1))
-}
-
 // split returns a fixture whose split into waves is committed (after a prune-off commit).
 func split(t *testing.T) string {
 	t.Helper()
 	dir := fixture(t)
-	edit(t, dir, "clusters/base/apps.yaml", "prune: true", "prune: false")
-	commit(t, dir, "apps: stop pruning before the split")
+	wavestest.Edit(t, dir, "clusters/base/apps.yaml", "prune: true", "prune: false")
+	wavestest.Commit(t, dir, "apps: stop pruning before the split")
 	emitMove(t, dir)
-	commit(t, dir, "split the app tier into waves")
+	wavestest.Commit(t, dir, "split the app tier into waves")
 	return dir
 }
 
@@ -342,28 +305,28 @@ func TestLintFindsEachProblem(t *testing.T) {
 		parts  []string
 	}{
 		{"cycle", func(t *testing.T, dir string) {
-			edit(t, dir, "catalog/jackett.yaml", "ingress:", "dependencies:\n  - to: seerr\ningress:")
+			wavestest.Edit(t, dir, "catalog/jackett.yaml", "ingress:", "dependencies:\n  - to: seerr\ningress:")
 		}, lint.Options{}, lint.CheckCatalog, []string{"dependency cycle:", "jackett → seerr → sonarr → jackett"}},
 		{"missing anchor", func(t *testing.T, dir string) {
-			edit(t, dir, "catalog/extra-units.yaml", "anchor: gitea", "anchor: forgejo")
+			wavestest.Edit(t, dir, "catalog/extra-units.yaml", "anchor: gitea", "anchor: forgejo")
 		}, lint.Options{}, lint.CheckCatalog, []string{"gitea-actions", `anchored to "forgejo"`}},
 		{"missing decryption patch", func(t *testing.T, dir string) {
-			edit(t, dir, "clusters/dev/kustomization.yaml", "name: apps-wave-1", "name: apps-wave-9")
+			wavestest.Edit(t, dir, "clusters/dev/kustomization.yaml", "name: apps-wave-1", "name: apps-wave-9")
 		}, lint.Options{}, lint.CheckDecryption, []string{"clusters/dev", "apps-wave-1 holds SOPS files", "nextcloud-bootstrap-secret.sops.yaml"}},
 		{"unknown variable", func(t *testing.T, dir string) {
-			edit(t, dir, "apps/wave-2/seerr.yaml", "requests.${CLUSTER_DOMAIN}", "requests.${CLUSTER_DOMAIN}.${REGION}")
+			wavestest.Edit(t, dir, "apps/wave-2/seerr.yaml", "requests.${CLUSTER_DOMAIN}", "requests.${CLUSTER_DOMAIN}.${REGION}")
 		}, lint.Options{}, lint.CheckSubstitution, []string{"seerr.yaml", "${REGION}", "ConfigMap/cluster-vars"}},
 		{"parity", func(t *testing.T, dir string) {
-			edit(t, dir, "apps/wave-0/kustomization.yaml", "- plex.yaml\n", "")
+			wavestest.Edit(t, dir, "apps/wave-0/kustomization.yaml", "- plex.yaml\n", "")
 		}, lint.Options{CompareRef: "HEAD~1"}, lint.CheckParity, []string{"the waves build 55 resources", "built 60", "Deployment.v1.apps/plex.plex"}},
 		{"file in the wrong wave", func(t *testing.T, dir string) {
-			edit(t, dir, "catalog/jackett.yaml", "ingress:", "dependencies:\n  - to: plex\ningress:")
+			wavestest.Edit(t, dir, "catalog/jackett.yaml", "ingress:", "dependencies:\n  - to: plex\ningress:")
 		}, lint.Options{}, lint.CheckPlacement, []string{"apps/wave-0/jackett.yaml belongs in apps/wave-1/", "→ plex (w0)"}},
 		{"base misses a wave", func(t *testing.T, dir string) {
-			edit(t, dir, "clusters/base/kustomization.yaml", "  - apps-wave-2.yaml\n", "")
+			wavestest.Edit(t, dir, "clusters/base/kustomization.yaml", "  - apps-wave-2.yaml\n", "")
 		}, lint.Options{}, lint.CheckBase, []string{"does not list apps-wave-2.yaml"}},
 		{"dependsOn cycle", func(t *testing.T, dir string) {
-			edit(t, dir, "clusters/base/apps-wave-0.yaml", "name: platform-config", "name: apps-wave-2")
+			wavestest.Edit(t, dir, "clusters/base/apps-wave-0.yaml", "name: platform-config", "name: apps-wave-2")
 		}, lint.Options{}, lint.CheckChain, []string{"dependsOn cycle: apps-wave-0 → apps-wave-2 → apps-wave-1 → apps-wave-0"}},
 	}
 	for _, tc := range cases {
@@ -381,7 +344,7 @@ func TestLintFindsEachProblem(t *testing.T) {
 
 func TestSubstitutionDefaultsAndEscapes(t *testing.T) {
 	dir := split(t)
-	edit(t, dir, "apps/wave-2/seerr.yaml", "requests.${CLUSTER_DOMAIN}", "requests.${CLUSTER_DOMAIN}.${REGION:=eu}.$${LITERAL}")
+	wavestest.Edit(t, dir, "apps/wave-2/seerr.yaml", "requests.${CLUSTER_DOMAIN}", "requests.${CLUSTER_DOMAIN}.${REGION:=eu}.$${LITERAL}")
 	if ps := lintProblems(t, dir, lint.Options{}); len(ps) != 0 {
 		t.Fatalf("a default and an escape are not problems: %v", ps)
 	}
@@ -416,8 +379,8 @@ func TestCutoverPruneTrueRemovalIsFlagged(t *testing.T) {
 
 func TestCutoverAfterPruneOffIsSafe(t *testing.T) {
 	dir := fixture(t)
-	edit(t, dir, "clusters/base/apps.yaml", "prune: true", "prune: false")
-	commit(t, dir, "apps: stop pruning")
+	wavestest.Edit(t, dir, "clusters/base/apps.yaml", "prune: true", "prune: false")
+	wavestest.Commit(t, dir, "apps: stop pruning")
 	emitMove(t, dir)
 	rep, err := checkCutover(t, dir, "HEAD")
 	if err != nil {
@@ -440,9 +403,9 @@ func TestCutoverProtectedObjectsMitigate(t *testing.T) {
 	dir := fixture(t)
 	// Annotate every app object at the base ref: the removal can no longer delete anything.
 	for _, f := range []string{"apps/kustomization.yaml"} {
-		edit(t, dir, f, "kind: Kustomization\n", "kind: Kustomization\ncommonAnnotations:\n  kustomize.toolkit.fluxcd.io/prune: disabled\n")
+		wavestest.Edit(t, dir, f, "kind: Kustomization\n", "kind: Kustomization\ncommonAnnotations:\n  kustomize.toolkit.fluxcd.io/prune: disabled\n")
 	}
-	commit(t, dir, "protect the app tier")
+	wavestest.Commit(t, dir, "protect the app tier")
 	emitMove(t, dir)
 	rep, err := checkCutover(t, dir, "HEAD")
 	if err != nil {
@@ -456,7 +419,7 @@ func TestCutoverProtectedObjectsMitigate(t *testing.T) {
 func TestCutoverMoveUpIsFlagged(t *testing.T) {
 	dir := split(t)
 	// jackett now needs plex: it (and sonarr, radarr, seerr after it) moves up a wave.
-	edit(t, dir, "catalog/jackett.yaml", "ingress:", "dependencies:\n  - to: plex\ningress:")
+	wavestest.Edit(t, dir, "catalog/jackett.yaml", "ingress:", "dependencies:\n  - to: plex\ningress:")
 	emitMove(t, dir)
 	rep, err := checkCutover(t, dir, "HEAD")
 	if err != nil {
@@ -493,7 +456,7 @@ func TestCutoverMoveDownIsSafe(t *testing.T) {
 	dir := split(t)
 	// sonarr drops its dependencies: it moves from wave 1 to wave 0, which reconciles first and
 	// takes the objects over, so wave 1 does not delete them.
-	edit(t, dir, "catalog/sonarr.yaml", "dependencies:\n  - to: qbittorrent\n  - to: jackett\n", "")
+	wavestest.Edit(t, dir, "catalog/sonarr.yaml", "dependencies:\n  - to: qbittorrent\n  - to: jackett\n", "")
 	emitMove(t, dir)
 	rep, err := checkCutover(t, dir, "HEAD")
 	if err != nil {
@@ -515,7 +478,7 @@ func mustAtRef(t *testing.T, dir, ref string) *repo.Repo {
 
 func TestNonGatingUnit(t *testing.T) {
 	dir := fixture(t)
-	edit(t, dir, "catalog/extra-units.yaml", "above: true", "above: true\n    nonGating: true")
+	wavestest.Edit(t, dir, "catalog/extra-units.yaml", "above: true", "above: true\n    nonGating: true")
 	emitMove(t, dir)
 	if _, err := os.Stat(filepath.Join(dir, "apps", "wave-1-gitea-actions", "gitea-actions.yaml")); err != nil {
 		t.Fatalf("unit not in its own folder: %v", err)
@@ -542,7 +505,7 @@ func TestCutoverRemovedWaveWithPruneIsFlagged(t *testing.T) {
 	dir := split(t)
 	// seerr loses its dependencies: wave 2 empties and its Kustomization is removed while it
 	// still prunes, so its finalizer races wave 0's adoption.
-	edit(t, dir, "catalog/seerr.yaml", "dependencies:\n  - to: sonarr\n  - to: radarr\n", "")
+	wavestest.Edit(t, dir, "catalog/seerr.yaml", "dependencies:\n  - to: sonarr\n  - to: radarr\n", "")
 	emitMove(t, dir)
 	rep, err := checkCutover(t, dir, "HEAD")
 	if err != nil {
@@ -583,9 +546,9 @@ func TestLintFindsTwoOwners(t *testing.T) {
 			}
 		}
 	}
-	edit(t, dir, "apps/kustomization.yaml", "resources:\n", "resources:\n  - wave-0\n  - wave-1\n  - wave-2\n")
+	wavestest.Edit(t, dir, "apps/kustomization.yaml", "resources:\n", "resources:\n  - wave-0\n  - wave-1\n  - wave-2\n")
 	for _, f := range []string{"pihole.yaml", "gitea.yaml", "gitea-bootstrap-secret.sops.yaml", "gitea-actions.yaml", "gitea-actions-runner-secret.sops.yaml", "jackett.yaml", "plex.yaml", "qbittorrent.yaml", "sonarr.yaml", "radarr.yaml", "seerr.yaml", "nextcloud.yaml", "nextcloud-bootstrap-secret.sops.yaml", "nextcloud-db.yaml", "nextcloud-db-app.sops.yaml", "semaphore.yaml", "semaphore-bootstrap-secret.sops.yaml", "semaphore-db.yaml", "semaphore-db-app.sops.yaml"} {
-		edit(t, dir, "apps/kustomization.yaml", "  - "+f+"\n", "")
+		wavestest.Edit(t, dir, "apps/kustomization.yaml", "  - "+f+"\n", "")
 	}
 	wantProblem(t, lintProblems(t, dir, lint.Options{}), lint.CheckOwnership, "Kustomization apps (./apps) applies", "and 57 more", "remove apps in the cut-over")
 }

@@ -8,11 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	kustv1 "github.com/fluxcd/kustomize-controller/api/v1"
-	"github.com/go-git/go-git/v5"
-	"github.com/go-git/go-git/v5/plumbing/object"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,6 +28,7 @@ import (
 	"github.com/siteops/siteops/internal/waves/liveread"
 	"github.com/siteops/siteops/internal/waves/plan"
 	"github.com/siteops/siteops/internal/waves/repo"
+	"github.com/siteops/siteops/internal/waves/wavestest"
 )
 
 // fluxModule is the controller release matching the API package in go.mod; its Kustomization
@@ -80,43 +78,7 @@ func cluster(t *testing.T) (*testenv.Cluster, client.Client) {
 // fixture copies the seed's repository into a git repository and commits it.
 func fixture(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	if err := os.CopyFS(dir, os.DirFS(filepath.Join("..", "testdata", "homelab"))); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := git.PlainInit(dir, false); err != nil {
-		t.Fatal(err)
-	}
-	commit(t, dir, "pre-split layout")
-	return dir
-}
-
-func commit(t *testing.T, dir, msg string) {
-	t.Helper()
-	g, err := git.PlainOpen(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wt, _ := g.Worktree()
-	if err := wt.AddWithOptions(&git.AddOptions{All: true}); err != nil {
-		t.Fatal(err)
-	}
-	sig := &object.Signature{Name: "ops", Email: "ops@example.test", When: time.Unix(1700000000, 0)}
-	if _, err := wt.Commit(msg, &git.CommitOptions{Author: sig, Committer: sig, AllowEmptyCommits: true}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func edit(t *testing.T, dir, rel, old, new string) {
-	t.Helper()
-	p := filepath.Join(dir, filepath.FromSlash(rel))
-	data, err := os.ReadFile(p)
-	if err != nil || !bytes.Contains(data, []byte(old)) {
-		t.Fatalf("%s has no %q (%v)", rel, old, err)
-	}
-	if err := os.WriteFile(p, bytes.Replace(data, []byte(old), []byte(new), 1), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	return wavestest.Repo(t, filepath.Join("..", "testdata", "homelab"), "pre-split layout")
 }
 
 func emitMove(t *testing.T, dir string) *repo.Repo {
@@ -289,8 +251,8 @@ func report(rep *cutover.Report) string {
 func TestLiveSplitOfApps(t *testing.T) {
 	_, c := cluster(t)
 	dir := fixture(t) // HEAD~1: apps with prune: true
-	edit(t, dir, "clusters/base/apps.yaml", "prune: true", "prune: false")
-	commit(t, dir, "apps: stop pruning") // HEAD: apps with prune: false
+	wavestest.Edit(t, dir, "clusters/base/apps.yaml", "prune: true", "prune: false")
+	wavestest.Commit(t, dir, "apps: stop pruning") // HEAD: apps with prune: false
 	base := atRef(t, dir, "HEAD")
 	apps := gitKustomization(t, base, "dev", "apps")
 	platform := gitKustomization(t, base, "dev", "platform")
@@ -425,9 +387,9 @@ func TestLiveAnnotationMitigatesMoveUp(t *testing.T) {
 	tc, c := cluster(t)
 	dir := fixture(t)
 	emitMove(t, dir)
-	commit(t, dir, "split into waves")
+	wavestest.Commit(t, dir, "split into waves")
 	base := atRef(t, dir, "HEAD")
-	edit(t, dir, "catalog/plex.yaml", "ports:", "dependencies:\n  - to: pihole\nports:")
+	wavestest.Edit(t, dir, "catalog/plex.yaml", "ports:", "dependencies:\n  - to: pihole\nports:")
 	emitMove(t, dir)
 
 	ns := tc.Namespace(t, "flux", nil)

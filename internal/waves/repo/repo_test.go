@@ -5,10 +5,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/go-git/go-git/v5"
-	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"github.com/siteops/siteops/internal/waves/wavestest"
 )
 
 func write(t *testing.T, dir, rel, content string) {
@@ -22,22 +22,6 @@ func write(t *testing.T, dir, rel, content string) {
 	}
 }
 
-func commitAll(t *testing.T, dir string) {
-	t.Helper()
-	g, err := git.PlainOpen(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wt, _ := g.Worktree()
-	if err := wt.AddWithOptions(&git.AddOptions{All: true}); err != nil {
-		t.Fatal(err)
-	}
-	sig := &object.Signature{Name: "t", Email: "t@example.test", When: time.Unix(1700000000, 0)}
-	if _, err := wt.Commit("c", &git.CommitOptions{Author: sig, Committer: sig}); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // A repository folder below the git root (a monorepo) reads the same at a ref as on disk.
 func TestAtRefInSubfolder(t *testing.T) {
 	root := t.TempDir()
@@ -47,7 +31,7 @@ func TestAtRefInSubfolder(t *testing.T) {
 	write(t, root, "gitops/apps/kustomization.yaml", "resources:\n- a.yaml\n")
 	write(t, root, "gitops/apps/a.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n")
 	write(t, root, "README.md", "x")
-	commitAll(t, root)
+	wavestest.Commit(t, root, "c")
 	// Changed after the commit: the ref must not see it.
 	write(t, root, "gitops/apps/a.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n")
 
@@ -81,7 +65,7 @@ func TestAtRefUnknownRef(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(t, root, "x", "x")
-	commitAll(t, root)
+	wavestest.Commit(t, root, "c")
 	if _, err := AtRef(root, "no-such-branch", DefaultLayout); err == nil || !strings.Contains(err.Error(), `resolve git ref "no-such-branch"`) {
 		t.Fatalf("error %v", err)
 	}
