@@ -483,6 +483,13 @@ type DecofileStatus struct {
 // MaxHistory bounds status.history.
 const MaxHistory = 5
 
+// Results of a rollout in status.history.
+const (
+	RolloutSucceeded  = "Succeeded"
+	RolloutFailed     = "Failed"
+	RolloutRolledBack = "RolledBack"
+)
+
 // RolloutRecord is how one rollout of a Decofile's content to its pods ended.
 type RolloutRecord struct {
 	// ID names the version: commit:<sha> or timestamp:<ts>.

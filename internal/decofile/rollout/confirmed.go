@@ -65,10 +65,11 @@ type ledgerPod struct {
 	skipped bool
 }
 
-// newLedger starts the ledger of a rollout of hash to pods. What a pod held before comes from
+// newLedger starts the ledger of a rollout of hash to pods (targets: their Target, in the same
+// order; a skipped one is left out of the counts). What a pod held before comes from
 // what this manager saw it confirm; failing that, a pod older than the end of the last rollout
 // every pod confirmed holds that rollout's content (status.notifiedHash).
-func (r *Reconciler) newLedger(df *decov1alpha1.Decofile, hash string, pods []corev1.Pod) *ledger {
+func (r *Reconciler) newLedger(df *decov1alpha1.Decofile, hash string, pods []corev1.Pod, targets []notify.Pod) *ledger {
 	l := &ledger{key: client.ObjectKeyFromObject(df), hash: hash, byName: map[string]int{}, memory: &r.confirmed}
 	var confirmedAt *metav1.Time
 	if c := meta.FindStatusCondition(df.Status.Conditions, decov1alpha1.ConditionPodsNotified); c != nil &&
@@ -82,7 +83,7 @@ func (r *Reconciler) newLedger(df *decov1alpha1.Decofile, hash string, pods []co
 			held = df.Status.NotifiedHash
 		}
 		l.byName[p.Name] = len(l.pods)
-		l.pods = append(l.pods, ledgerPod{name: p.Name, uid: string(p.UID), held: held, skipped: Target(p).SkipReason != ""})
+		l.pods = append(l.pods, ledgerPod{name: p.Name, uid: string(p.UID), held: held, skipped: targets[i].SkipReason != ""})
 	}
 	return l
 }

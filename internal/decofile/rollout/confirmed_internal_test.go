@@ -30,8 +30,12 @@ func TestLedgerCountsPodsByTheContentTheyHold(t *testing.T) {
 		return p
 	}
 	pods := []corev1.Pod{pod("a", 900, true), pod("b", 950, true), pod("c", 1100, true), pod("d", 900, false)}
+	targets := make([]notify.Pod, len(pods))
+	for i := range pods {
+		targets[i] = Target(&pods[i])
+	}
 
-	l := r.newLedger(df, "new", pods)
+	l := r.newLedger(df, "new", pods, targets)
 	l.settle([]notify.PodResult{{Name: "a", Outcome: notify.Notified}, {Name: "b", Outcome: notify.Failed}, {Name: "c", Outcome: notify.Failed}})
 	want := []decov1alpha1.ConfirmedContent{{ContentHash: "new", Pods: 1}, {ContentHash: "old", Pods: 1}, {ContentHash: "", Pods: 1}}
 	if got := l.counts(); !equalCounts(got, want) {
@@ -44,7 +48,7 @@ func TestLedgerCountsPodsByTheContentTheyHold(t *testing.T) {
 	// The next rollout, with a status that says nothing (PodsNotified=False): what a pod confirmed
 	// last time comes from the manager's memory; c confirms this time.
 	df.Status.Conditions[0].Status = metav1.ConditionFalse
-	l = r.newLedger(df, "newer", pods)
+	l = r.newLedger(df, "newer", pods, targets)
 	l.settle([]notify.PodResult{{Name: "a", Outcome: notify.Failed}, {Name: "b", Outcome: notify.Failed}, {Name: "c", Outcome: notify.Notified}})
 	want = []decov1alpha1.ConfirmedContent{{ContentHash: "newer", Pods: 1}, {ContentHash: "new", Pods: 1}, {ContentHash: "old", Pods: 1}}
 	if got := l.counts(); !equalCounts(got, want) {
@@ -52,7 +56,7 @@ func TestLedgerCountsPodsByTheContentTheyHold(t *testing.T) {
 	}
 
 	r.confirmed.forget(l.key)
-	if r.newLedger(df, "x", pods).held("a") != "" {
+	if r.newLedger(df, "x", pods, targets).held("a") != "" {
 		t.Fatal("a deleted Decofile's pods are still remembered")
 	}
 	var none *ledger

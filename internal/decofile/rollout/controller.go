@@ -353,11 +353,11 @@ func (r *Reconciler) rollout(ctx context.Context, df *decov1alpha1.Decofile, has
 		begin = nil
 	}
 
-	led := r.newLedger(df, hash, pods)
 	targets := make([]notify.Pod, len(pods))
 	for i := range pods {
 		targets[i] = Target(&pods[i])
 	}
+	led := r.newLedger(df, hash, pods, targets)
 	ro := notify.Rollout{
 		ID: id, Protocol: r.opts.Protocol, Timestamp: content.Timestamp, Token: token,
 		Pods: targets, Refresh: view.refresh,

@@ -91,8 +91,25 @@ func TestKstatusFollowsTheRollout(t *testing.T) {
 	mode.Store(refuse)
 	close(released)
 	got := e.kstatus(df, status.InProgressStatus, metav1.ConditionFalse, decov1alpha1.ReasonPodsBehind)
-	if c := meta.FindStatusCondition(got.Status.Conditions, decov1alpha1.ConditionReady); !strings.Contains(c.Message, "site-b") {
-		t.Fatalf("Ready does not name the pod behind: %+v", c)
+	if c := meta.FindStatusCondition(got.Status.Conditions, decov1alpha1.ConditionReady); !strings.Contains(c.Message, "confirmed by 1 of 2 pods") {
+		t.Fatalf("Ready does not say how far the rollout got: %+v", c)
+	}
+	// The retries (every few hundred milliseconds here) do not flip Ready back to RollingOut:
+	// PodsBehind holds until a rollout of the content succeeds.
+	retried := got.Status.History[0].Count
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		cur := e.get(df)
+		if c := meta.FindStatusCondition(cur.Status.Conditions, decov1alpha1.ConditionReady); c.Reason != decov1alpha1.ReasonPodsBehind {
+			t.Fatalf("Ready during the retries: %+v", c)
+		}
+		if cur.Status.History[0].Count >= retried+2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the failed rollout was not retried twice: history %+v", cur.Status.History)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	// It recovers: every pod confirms the content.
 	mode.Store(answer)

@@ -77,7 +77,7 @@ func (r *Reconciler) progressive(ctx context.Context, df *decov1alpha1.Decofile,
 	var eligible []notify.Pod
 	for i := range pods {
 		run.selected[pods[i].Name] = pods[i].UID
-		if t := Target(&pods[i]); t.SkipReason == "" {
+		if t := ro.Pods[i]; t.SkipReason == "" { // ro.Pods[i] is pods[i]'s target
 			eligible = append(eligible, t)
 		} else {
 			run.acc.Skipped++

@@ -139,10 +139,11 @@ func (r *Reconciler) finishRollback(ctx context.Context, df *decov1alpha1.Decofi
 			var pods []corev1.Pod
 			var view *podView
 			if pods, view, err = listPods(ctx, r.reader, df, podListMaxAge(r.notifier.Config().Backoff)); err == nil {
+				all := make([]notify.Pod, len(pods))
 				var targets []notify.Pod
 				for i := range pods {
-					if p.restore(&pods[i]) {
-						targets = append(targets, Target(&pods[i]))
+					if all[i] = Target(&pods[i]); p.restore(&pods[i]) {
+						targets = append(targets, all[i])
 					}
 				}
 				n := notify.Rollout{ID: "rollback of " + p.id, Protocol: r.opts.Protocol, Timestamp: df.Status.Timestamp, Token: token,
@@ -151,7 +152,7 @@ func (r *Reconciler) finishRollback(ctx context.Context, df *decov1alpha1.Decofi
 					n.Body = body.body
 				}
 				res = r.notifier.Run(ctx, n)
-				led = r.newLedger(df, df.Status.ContentHash, pods)
+				led = r.newLedger(df, df.Status.ContentHash, pods, all)
 				led.settle(res.Pods)
 			}
 		}

@@ -26,9 +26,9 @@ func summary(id string, p notify.Progress, started, finished *metav1.Time) *deco
 
 // Results recorded in status.history.
 const (
-	ResultSucceeded  = "Succeeded"
-	ResultFailed     = "Failed"
-	ResultRolledBack = "RolledBack"
+	ResultSucceeded  = decov1alpha1.RolloutSucceeded
+	ResultFailed     = decov1alpha1.RolloutFailed
+	ResultRolledBack = decov1alpha1.RolloutRolledBack
 )
 
 // recordHistory puts the end of rollout ro (of content hash) first in status.history, keeping
