@@ -62,17 +62,10 @@ func (b *Budget) AcquireOrReport(ctx context.Context, ns string, n int64, onWait
 		return nil, &TooLargeError{Want: n, Total: b.total}
 	}
 	for {
-		b.mu.Lock()
-		held := b.byNS[ns]
-		if b.used+n <= b.total && (held+n <= b.perNamespace || held == 0) {
-			b.used += n
-			b.byNS[ns] += n
-			b.mu.Unlock()
-			var once sync.Once
-			return func() { once.Do(func() { b.release(ns, n) }) }, nil
+		release, changed := b.take(ns, n)
+		if release != nil {
+			return release, nil
 		}
-		changed := b.changed
-		b.mu.Unlock()
 		if onWait != nil {
 			onWait()
 			onWait = nil
@@ -83,6 +76,28 @@ func (b *Budget) AcquireOrReport(ctx context.Context, ns string, n int64, onWait
 			return nil, fmt.Errorf("wait for %d bytes of memory: %w", n, ctx.Err())
 		}
 	}
+}
+
+// TryAcquire is Acquire without the wait: it takes n for namespace ns when they fit now, and
+// reports whether it did.
+func (b *Budget) TryAcquire(ns string, n int64) (func(), bool) {
+	release, _ := b.take(ns, max(n, 1))
+	return release, release != nil
+}
+
+// take holds n for ns when they fit, returning the release; otherwise it returns the channel
+// closed at the next release.
+func (b *Budget) take(ns string, n int64) (func(), <-chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	held := b.byNS[ns]
+	if b.used+n <= b.total && (held+n <= b.perNamespace || held == 0) {
+		b.used += n
+		b.byNS[ns] += n
+		var once sync.Once
+		return func() { once.Do(func() { b.release(ns, n) }) }, nil
+	}
+	return nil, b.changed
 }
 
 func (b *Budget) release(ns string, n int64) {

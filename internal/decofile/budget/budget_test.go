@@ -88,3 +88,21 @@ func TestAcquireOrReportSaysWhyOnce(t *testing.T) {
 		t.Fatalf("onWait called %d more times, want once", n)
 	}
 }
+
+// TestTryAcquireNeverWaits: TryAcquire takes what fits now, within the namespace's share, and
+// says no at once otherwise.
+func TestTryAcquireNeverWaits(t *testing.T) {
+	b := New(4, 2)
+	r1, ok1 := b.TryAcquire("a", 2)
+	_, ok2 := b.TryAcquire("a", 1)
+	r3, ok3 := b.TryAcquire("b", 2)
+	_, ok4 := b.TryAcquire("c", 1)
+	if !ok1 || ok2 || !ok3 || ok4 {
+		t.Fatalf("admitted a:2 %v, a:+1 %v, b:2 %v, c:1 over the total %v", ok1, ok2, ok3, ok4)
+	}
+	r1()
+	r3()
+	if _, ok := b.TryAcquire("c", 1); !ok || b.Used() != 1 {
+		t.Fatalf("after the releases: admitted %v, used %d", ok, b.Used())
+	}
+}

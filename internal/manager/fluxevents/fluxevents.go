@@ -6,7 +6,8 @@
 // Sending never holds a reconciler: the Kubernetes Event is recorded as before, and the copy
 // for Flux waits in a bounded queue that one sender drains; when notification-controller is slow
 // or away and the queue is full, events are dropped and counted
-// (siteops_flux_events_total{result="dropped"}). What reaches Flux names the object (kind,
+// (siteops_flux_events_total{result="dropped"}). One namespace holds at most a tenth of the
+// queue, so a tenant's edit loop drops its own events, not the others'. What reaches Flux names the object (kind,
 // namespace, name, UID) and nothing else of it: its annotations, which a tenant writes, are not
 // copied into the event's metadata.
 package fluxevents
@@ -26,6 +27,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	"github.com/siteops/siteops/internal/decofile/budget"
 )
 
 // DefaultQueueSize is how many events wait for notification-controller before new ones are
@@ -38,7 +41,7 @@ const retries = 2
 
 var sent = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "siteops_flux_events_total",
-	Help: "Events for Flux's notification-controller (--events-addr) by result: queued, or dropped because the queue was full.",
+	Help: "Events for Flux's notification-controller (--events-addr) by result: queued, or dropped because the queue, or its namespace's share of it, was full.",
 }, []string{"result"})
 
 func init() { ctrlmetrics.Registry.MustRegister(sent) }
@@ -51,6 +54,8 @@ type Forwarder struct {
 	scheme *runtime.Scheme
 	log    logr.Logger
 	queue  chan queued
+	// share admits events into the queue, a tenth of it per namespace (its units are events).
+	share *budget.Budget
 
 	mu        sync.Mutex
 	recorders map[string]fluxevents.Recorder
@@ -62,6 +67,8 @@ type queued struct {
 	object                          *metav1.PartialObjectMetadata
 	annotations                     map[string]string
 	eventType, reason, action, note string
+	// release gives the event's place in the queue back.
+	release func()
 }
 
 // New returns a Forwarder posting to addr, an http or https URL of notification-controller's
@@ -74,7 +81,8 @@ func New(addr string, scheme *runtime.Scheme, log logr.Logger, queueSize int) (*
 	if queueSize <= 0 {
 		queueSize = DefaultQueueSize
 	}
-	return &Forwarder{addr: addr, scheme: scheme, log: log, queue: make(chan queued, queueSize), recorders: map[string]fluxevents.Recorder{}}, nil
+	return &Forwarder{addr: addr, scheme: scheme, log: log, queue: make(chan queued, queueSize),
+		share: budget.New(int64(queueSize), int64(max(queueSize/10, 1))), recorders: map[string]fluxevents.Recorder{}}, nil
 }
 
 // Start sends queued events until ctx ends.
@@ -84,14 +92,20 @@ func (f *Forwarder) Start(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case e := <-f.queue:
-			rec, err := f.recorder(e.controller)
-			if err != nil {
-				f.log.Error(err, "cannot send events to notification-controller")
-				continue
-			}
-			rec.AnnotatedEventf(e.object, nil, e.annotations, e.eventType, e.reason, e.action, "%s", e.note)
+			f.send(e)
 		}
 	}
+}
+
+// send posts e and gives its place in the queue back.
+func (f *Forwarder) send(e queued) {
+	defer e.release()
+	rec, err := f.recorder(e.controller)
+	if err != nil {
+		f.log.Error(err, "cannot send events to notification-controller")
+		return
+	}
+	rec.AnnotatedEventf(e.object, nil, e.annotations, e.eventType, e.reason, e.action, "%s", e.note)
 }
 
 // NeedLeaderElection is false: every replica sends the events it records.
@@ -127,12 +141,14 @@ func (f *Forwarder) enqueue(controller string, regarding runtime.Object, annotat
 		f.log.V(1).Info("event not sent to notification-controller", "reason", reason, "error", err.Error())
 		return
 	}
-	select {
-	case f.queue <- queued{controller: controller, object: obj, annotations: annotations, eventType: eventType, reason: reason, action: action, note: note}:
-		sent.WithLabelValues("queued").Inc()
-	default:
+	release, ok := f.share.TryAcquire(obj.Namespace, 1)
+	if !ok {
 		sent.WithLabelValues("dropped").Inc()
+		return
 	}
+	// The share never admits more than the queue holds: this send does not wait.
+	f.queue <- queued{controller: controller, object: obj, annotations: annotations, eventType: eventType, reason: reason, action: action, note: note, release: release}
+	sent.WithLabelValues("queued").Inc()
 }
 
 // referenceOnly is the part of o an event names: kind, namespace, name, UID. A Namespace (not

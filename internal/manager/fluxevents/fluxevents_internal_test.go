@@ -46,3 +46,27 @@ func TestEventsNameOnlyTheObject(t *testing.T) {
 		}
 	}
 }
+
+// TestOneNamespaceHoldsATenthOfTheQueue: a tenant's edit loop fills its own share of the queue
+// and drops its own events; another namespace's event still gets a place, and a sent event
+// gives its place back.
+func TestOneNamespaceHoldsATenthOfTheQueue(t *testing.T) {
+	f, err := New("http://127.0.0.1:1/", scheme.New(), logr.Discard(), 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropped := testutil.ToFloat64(sent.WithLabelValues("dropped"))
+	loud := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "loud"}}
+	for range 5 {
+		f.enqueue("c", loud, nil, corev1.EventTypeNormal, "Stored", "Deliver", "again")
+	}
+	f.enqueue("c", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "quiet"}}, nil, corev1.EventTypeWarning, "Failed", "Deliver", "once")
+	if d := testutil.ToFloat64(sent.WithLabelValues("dropped")) - dropped; d != 3 || len(f.queue) != 3 {
+		t.Fatalf("dropped %v, queued %d; want 3 of the loud namespace's dropped and 3 queued", d, len(f.queue))
+	}
+	(<-f.queue).release() // as send does once the event is posted
+	f.enqueue("c", loud, nil, corev1.EventTypeNormal, "Stored", "Deliver", "again")
+	if len(f.queue) != 3 {
+		t.Fatalf("a sent event did not give its place back: %d queued", len(f.queue))
+	}
+}
