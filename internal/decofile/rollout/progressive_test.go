@@ -283,19 +283,7 @@ func TestBadPublishIsRolledBack(t *testing.T) {
 			t.Fatalf("status names content %s (notified %s), want the good %s", got.Status.ContentHash, got.Status.NotifiedHash, goodHash)
 		}
 		// The store holds the good content again, under a newer timestamp, as the loader reads it.
-		var cm corev1.ConfigMap
-		if err := e.c.Client.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: df.ConfigMapName()}, &cm); err != nil {
-			t.Fatal(err)
-		}
-		stored, err := encode.Decode(got.Status.Format, cm.Data[keyFor(got.Status.Format)], 1<<20)
-		if err != nil || encode.Hash(stored) != goodHash || cm.Data[decov1alpha1.KeyTimestamp] != fmt.Sprint(got.Status.Timestamp) {
-			t.Fatalf("ConfigMap holds %s (ts %s, status %d), %v", stored, cm.Data[decov1alpha1.KeyTimestamp], got.Status.Timestamp, err)
-		}
-		for _, p := range pods {
-			if p.rt.Current().Hash != goodHash {
-				t.Fatalf("%s serves %s after the rollback", p.pod.Name, p.rt.Current().Decofile)
-			}
-		}
+		e.holdEverywhere(got, pods, goodHash, "after the rollback")
 		return got
 	}
 	reachedBad := func() []string {
@@ -410,18 +398,24 @@ func TestBadPublishIsRolledBack(t *testing.T) {
 		}
 		return nil
 	})
-	got = e.get(df)
+	e.holdEverywhere(e.get(df), pods, final, "after the race")
+}
+
+// holdEverywhere checks that df's ConfigMap holds the content hash under the timestamp its
+// status (got) names, and that every pod serves it; when says at which point of the test.
+func (e *env) holdEverywhere(got *decov1alpha1.Decofile, pods []*shopPod, hash, when string) {
+	e.t.Helper()
 	var cm corev1.ConfigMap
-	if err := e.c.Client.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: df.ConfigMapName()}, &cm); err != nil {
-		t.Fatal(err)
+	if err := e.c.Client.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: got.ConfigMapName()}, &cm); err != nil {
+		e.t.Fatal(err)
 	}
 	stored, err := encode.Decode(got.Status.Format, cm.Data[keyFor(got.Status.Format)], 1<<20)
-	if err != nil || encode.Hash(stored) != final || cm.Data[decov1alpha1.KeyTimestamp] != fmt.Sprint(got.Status.Timestamp) {
-		t.Fatalf("after the race the ConfigMap holds %s (ts %s, status %d), %v", stored, cm.Data[decov1alpha1.KeyTimestamp], got.Status.Timestamp, err)
+	if err != nil || encode.Hash(stored) != hash || cm.Data[decov1alpha1.KeyTimestamp] != fmt.Sprint(got.Status.Timestamp) {
+		e.t.Fatalf("%s the ConfigMap holds %s (ts %s, status %d), %v", when, stored, cm.Data[decov1alpha1.KeyTimestamp], got.Status.Timestamp, err)
 	}
 	for _, p := range pods {
-		if p.rt.Current().Hash != final {
-			t.Fatalf("after the race %s serves %s", p.pod.Name, p.rt.Current().Decofile)
+		if p.rt.Current().Hash != hash {
+			e.t.Fatalf("%s %s serves %s", when, p.pod.Name, p.rt.Current().Decofile)
 		}
 	}
 }
