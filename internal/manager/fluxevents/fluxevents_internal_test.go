@@ -14,16 +14,12 @@ import (
 // TestQueueNeverWaits: when notification-controller does not keep up, events beyond the queue
 // are dropped and counted, and the caller never waits.
 func TestQueueNeverWaits(t *testing.T) {
-	f, err := New("http://127.0.0.1:1/", scheme.New(), logr.Discard(), 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dropped := testutil.ToFloat64(sent.WithLabelValues("dropped"))
+	f, dropped := undrained(t, 1)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}}
 	for range 3 {
-		f.enqueue("c", pod, nil, corev1.EventTypeNormal, "R", "A", "note") // Start is not running: nothing drains
+		f.enqueue("c", pod, nil, corev1.EventTypeNormal, "R", "A", "note")
 	}
-	if d := testutil.ToFloat64(sent.WithLabelValues("dropped")) - dropped; d != 2 {
+	if d := dropped(); d != 2 {
 		t.Fatalf("dropped %v events, want 2", d)
 	}
 }
@@ -51,17 +47,13 @@ func TestEventsNameOnlyTheObject(t *testing.T) {
 // and drops its own events; another namespace's event still gets a place, and a sent event
 // gives its place back.
 func TestOneNamespaceHoldsATenthOfTheQueue(t *testing.T) {
-	f, err := New("http://127.0.0.1:1/", scheme.New(), logr.Discard(), 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dropped := testutil.ToFloat64(sent.WithLabelValues("dropped"))
+	f, dropped := undrained(t, 20)
 	loud := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "loud"}}
 	for range 5 {
 		f.enqueue("c", loud, nil, corev1.EventTypeNormal, "Stored", "Deliver", "again")
 	}
 	f.enqueue("c", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "quiet"}}, nil, corev1.EventTypeWarning, "Failed", "Deliver", "once")
-	if d := testutil.ToFloat64(sent.WithLabelValues("dropped")) - dropped; d != 3 || len(f.queue) != 3 {
+	if d := dropped(); d != 3 || len(f.queue) != 3 {
 		t.Fatalf("dropped %v, queued %d; want 3 of the loud namespace's dropped and 3 queued", d, len(f.queue))
 	}
 	(<-f.queue).release() // as send does once the event is posted
@@ -69,4 +61,16 @@ func TestOneNamespaceHoldsATenthOfTheQueue(t *testing.T) {
 	if len(f.queue) != 3 {
 		t.Fatalf("a sent event did not give its place back: %d queued", len(f.queue))
 	}
+}
+
+// undrained is a Forwarder with a queue of size that nothing drains (Start is not running), and
+// how many events were dropped since.
+func undrained(t *testing.T, size int) (*Forwarder, func() float64) {
+	t.Helper()
+	f, err := New("http://127.0.0.1:1/", scheme.New(), logr.Discard(), size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := testutil.ToFloat64(sent.WithLabelValues("dropped"))
+	return f, func() float64 { return testutil.ToFloat64(sent.WithLabelValues("dropped")) - before }
 }
