@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siteops/siteops/internal/testenv"
+
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -151,7 +153,7 @@ func TestDevUpNode(t *testing.T) {
 	if err := c.Create(ctx, df); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(df), df); err != nil {
 			return err
 		}
@@ -181,7 +183,7 @@ func TestDevUpNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	var pod corev1.Pod
-	eventually(t, 60*time.Second, func() error {
+	testenv.Eventually(t, 60*time.Second, func() error {
 		var pods corev1.PodList
 		if err := c.List(ctx, &pods, client.InNamespace(ns.Name), client.MatchingLabels(labels)); err != nil {
 			return err
@@ -193,7 +195,7 @@ func TestDevUpNode(t *testing.T) {
 		return nil
 	})
 	var body string
-	eventually(t, 20*time.Second, func() error {
+	testenv.Eventually(t, 20*time.Second, func() error {
 		resp, err := http.Get("http://" + pod.Status.PodIP + ":8000/.decofile?content=true")
 		if err != nil {
 			return err
@@ -384,21 +386,6 @@ func (d *devUp) interrupt(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("siteops dev up did not exit within a minute of SIGINT")
-	}
-}
-
-func eventually(t *testing.T, timeout time.Duration, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %v", timeout, err)
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
 }
 

@@ -42,7 +42,7 @@ func TestDecofileReconcile(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := func(args ...string) (string, error) {
-		out := &syncBuffer{}
+		out := &testenv.SyncBuffer{}
 		cmd := NewRootCommand()
 		cmd.SetOut(out)
 		cmd.SetErr(out)

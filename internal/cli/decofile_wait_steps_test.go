@@ -36,7 +36,7 @@ func (f *waitFixture) setStep(commit string, status metav1.ConditionStatus, reas
 func TestDecofileWaitShowsSteps(t *testing.T) {
 	f := newWaitFixture(t)
 	const c1 = "dddddddddddddddddddddddddddddddddddddddd"
-	out := &syncBuffer{}
+	out := &testenv.SyncBuffer{}
 	wait := f.start(out, "--for", "commit:"+c1, "--timeout", "20s")
 	seen := func(s string) {
 		t.Helper()

@@ -1,13 +1,11 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,24 +16,6 @@ import (
 	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/testenv"
 )
-
-// syncBuffer is an output shared by the command goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 type waitFixture struct {
 	t          *testing.T
@@ -82,12 +62,12 @@ func (f *waitFixture) setRollout(commit string, status metav1.ConditionStatus, m
 
 // run executes `siteops decofile wait` and returns its error and output.
 func (f *waitFixture) run(args ...string) (string, error) {
-	out := &syncBuffer{}
+	out := &testenv.SyncBuffer{}
 	_, err := f.start(out, args...)()
 	return out.String(), err
 }
 
-func (f *waitFixture) start(out *syncBuffer, args ...string) func() (string, error) {
+func (f *waitFixture) start(out *testenv.SyncBuffer, args ...string) func() (string, error) {
 	cmd := NewRootCommand()
 	cmd.SetOut(out)
 	cmd.SetErr(out)
@@ -121,7 +101,7 @@ func TestDecofileWait(t *testing.T) {
 	const c1, c2 = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 
 	// Started before the rollout: sees progress, then success.
-	out := &syncBuffer{}
+	out := &testenv.SyncBuffer{}
 	wait := f.start(out, "--for", "commit:"+c1, "--timeout", "20s")
 	f.setRollout(c1, metav1.ConditionUnknown, "Notifying pods for commit:"+c1, 1, 3)
 	testenv.Eventually(t, 10*time.Second, func() error {
@@ -179,7 +159,7 @@ func TestDecofileWaitShortCommit(t *testing.T) {
 	const full = "0123abcd4567ef890123abcd4567ef890123abcd"
 	short := full[:7]
 
-	out := &syncBuffer{}
+	out := &testenv.SyncBuffer{}
 	wait := f.start(out, "--for", "commit:"+short, "--timeout", "20s")
 	f.setRollout(full, metav1.ConditionUnknown, "Notifying pods for commit:"+full, 1, 2)
 	f.setRollout(full, metav1.ConditionTrue, "Successfully notified all pods for commit:"+full, 2, 2)

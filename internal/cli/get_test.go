@@ -139,9 +139,9 @@ func (f *getFixture) run(t *testing.T, args ...string) (stdout, stderr string, e
 }
 
 // startCLI runs the command line until ctx ends (a watching command); done gets its error.
-func startCLI(ctx context.Context, args ...string) (out *syncBuffer, done <-chan error) {
+func startCLI(ctx context.Context, args ...string) (out *testenv.SyncBuffer, done <-chan error) {
 	cmd := NewRootCommand()
-	out = &syncBuffer{}
+	out = &testenv.SyncBuffer{}
 	cmd.SetOut(out)
 	cmd.SetErr(out)
 	cmd.SetArgs(args)
@@ -152,7 +152,7 @@ func startCLI(ctx context.Context, args ...string) (out *syncBuffer, done <-chan
 
 func runCLI(ctx context.Context, args ...string) (string, string, error) {
 	cmd := NewRootCommand()
-	var out, errOut syncBuffer
+	var out, errOut testenv.SyncBuffer
 	cmd.SetOut(&out)
 	cmd.SetErr(&errOut)
 	cmd.SetArgs(args)

@@ -1,32 +1,20 @@
 package devenv
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/siteops/siteops/internal/testenv"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // TestFollowerStreamsWholeLines: a log that appears later and is written in pieces reaches the
 // stream as whole lines, each named after its component, and nothing after stop.
 func TestFollowerStreamsWholeLines(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s3.log")
-	var out syncBuffer
+	var out testenv.SyncBuffer
 	f := newFollower(&out)
 	f.follow("s3", path)
 

@@ -3,12 +3,10 @@ package mirror_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,11 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/siteops/siteops/internal/mirror"
 	"github.com/siteops/siteops/internal/mirror/attribution"
-	"github.com/siteops/siteops/internal/mirror/audit"
 	"github.com/siteops/siteops/internal/mirror/engine"
 	"github.com/siteops/siteops/internal/mirror/gitwriter"
 	"github.com/siteops/siteops/internal/mirror/verify"
@@ -199,19 +195,9 @@ func BenchmarkMirrorAttributedChanges(b *testing.B) {
 	users := []string{"u1", "u2", "u3", "u4", "u5"}
 	changes := max(b.N, 1000)
 	b.StopTimer()
-	ip := testenv.LoopbackIP()
-	port, err := servers.FreePort(ip)
-	if err != nil {
-		b.Fatal(err)
-	}
-	addr := net.JoinHostPort(ip, strconv.Itoa(port))
-	certs := testenv.NewMTLS(b, "kube-apiserver", ip)
-	aw, err := servers.WriteAuditWebhook(b.TempDir(), "https://"+addr+audit.PathPrefix+"prod", certs.MTLS, configMapAuditPolicy)
-	if err != nil {
-		b.Fatal(err)
-	}
+	rcv := newAuditReceiver(b, "prod")
 	auditLog := filepath.Join(b.TempDir(), "audit.log")
-	c := testenv.NewAPIServer(b, servers.APIServerOptions{Configure: aw.Configure, AuditLogPath: auditLog})
+	c := testenv.NewAPIServer(b, servers.APIServerOptions{Configure: rcv.webhook.Configure, AuditLogPath: auditLog})
 	rds := testenv.Redis(b, servers.RedisOptions{})
 	f := newFixture(b, c)
 	var (
@@ -219,10 +205,7 @@ func BenchmarkMirrorAttributedChanges(b *testing.B) {
 		latency []time.Duration
 		last    time.Time
 	)
-	_, stop := runManagerWith(b, c, mirror.Options{RedisAddr: rds.Addr, RedisKeyPrefix: "bench", Attribution: attribution.Options{
-		Enabled: true, Grace: attribution.DefaultGrace, FactTTL: time.Minute, Route: "prod",
-		ListenAddress: addr, CertDir: certs.CertDir, ClientCAFile: certs.CAFile, ClientNames: []string{"kube-apiserver"},
-	}}, "", func(e *engine.Engine) {
+	_, stop := runManagerWith(b, c, mirror.Options{RedisAddr: rds.Addr, RedisKeyPrefix: "bench", Attribution: rcv.options(attribution.DefaultGrace)}, "", func(e *engine.Engine) {
 		setEgress := e.WriterHook
 		e.WriterHook = func(cfg *gitwriter.Config) {
 			setEgress(cfg)
@@ -245,12 +228,9 @@ func BenchmarkMirrorAttributedChanges(b *testing.B) {
 	ctx := context.Background()
 	clients := make([]client.Client, len(users))
 	for i, u := range users {
-		usr, err := c.Env.AddUser(envtest.User{Name: u, Groups: []string{"system:masters"}}, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		cfg := usr.Config()
+		cfg := c.UserConfig(b, u, "system:masters")
 		cfg.QPS, cfg.Burst = -1, 0
+		var err error
 		if clients[i], err = client.New(cfg, client.Options{Scheme: scheme.New()}); err != nil {
 			b.Fatal(err)
 		}

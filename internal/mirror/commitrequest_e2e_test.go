@@ -3,7 +3,6 @@ package mirror_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,8 +18,6 @@ import (
 
 	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
 	"github.com/siteops/siteops/internal/mirror"
-	"github.com/siteops/siteops/internal/mirror/attribution"
-	"github.com/siteops/siteops/internal/mirror/audit"
 	"github.com/siteops/siteops/internal/mirror/commitrequest"
 	"github.com/siteops/siteops/internal/mirror/engine"
 	"github.com/siteops/siteops/internal/servers"
@@ -65,7 +62,7 @@ func TestCommitRequestCommitsAsSubmitter(t *testing.T) {
 		}
 		return nil
 	})
-	if err := userClient(t, c, "alice").Create(context.Background(), &mirrorv1alpha1.CommitRequest{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "release"},
+	if err := c.UserClient(t, "alice", "system:masters").Create(context.Background(), &mirrorv1alpha1.CommitRequest{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "release"},
 		Spec: mirrorv1alpha1.CommitRequestSpec{TargetRef: mirrorv1alpha1.TargetReference{Name: "site"}, Message: "Release 1: new landing page"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +92,7 @@ func TestCommitRequestWithoutWebhook(t *testing.T) {
 		_ = c.Client.DeleteAllOf(context.Background(), &mirrorv1alpha1.CommitRequest{}, client.InNamespace(f.ns))
 	})
 
-	cr := closeWithRequest(t, f, eng, userClient(t, c, "carol"), "Release 2")
+	cr := closeWithRequest(t, f, eng, c.UserClient(t, "carol", "system:masters"), "Release 2")
 	a := meta.FindStatusCondition(cr.Status.Conditions, mirrorv1alpha1.ConditionAuthorAttributed)
 	if a == nil || a.Status != metav1.ConditionFalse || a.Reason != mirrorv1alpha1.ReasonCommitterFallback {
 		t.Fatalf("AuthorAttributed = %+v", a)
@@ -127,19 +124,6 @@ func TestCommitRequestWithoutWebhook(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-func userClient(t *testing.T, c *testenv.Cluster, name string) client.Client {
-	t.Helper()
-	u, err := c.Env.AddUser(envtest.User{Name: name, Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := client.New(u.Config(), client.Options{Scheme: c.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cl
 }
 
 // closeWithRequest mirrors a ConfigMap into an hour-long window of GitTarget "site", waits until
@@ -198,18 +182,8 @@ func waitRequest(t *testing.T, f *fixture, name, reason string) *mirrorv1alpha1.
 // audit fact before it reaches the writer; a CommitRequest made right after the change still
 // commits it, authored by the submitter who made it.
 func TestCommitRequestAfterAttributedChange(t *testing.T) {
-	ip := testenv.LoopbackIP()
-	auditPort, err := servers.FreePort(ip)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rcv := newAuditReceiver(t, "prod")
 	hookPort, err := servers.FreePort("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := net.JoinHostPort(ip, strconv.Itoa(auditPort))
-	certs := testenv.NewMTLS(t, "kube-apiserver", ip)
-	aw, err := servers.WriteAuditWebhook(t.TempDir(), "https://"+addr+audit.PathPrefix+"prod", certs.MTLS, configMapAuditPolicy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,14 +192,13 @@ func TestCommitRequestAfterAttributedChange(t *testing.T) {
 	c := testenv.NewAPIServer(t, servers.APIServerOptions{
 		Webhooks: envtest.WebhookInstallOptions{LocalServingHost: "127.0.0.1", LocalServingPort: hookPort,
 			ValidatingWebhooks: []*admissionregistrationv1.ValidatingWebhookConfiguration{vwc}},
-		Configure: func(env *envtest.Environment) { aw.Configure(env); admission.Configure(env) },
+		Configure: func(env *envtest.Environment) { rcv.webhook.Configure(env); admission.Configure(env) },
 	})
 	redis := testenv.Redis(t, servers.RedisOptions{})
 	f := newFixture(t, c)
 	eng := runWebhookManager(t, c, mirror.Options{RedisAddr: redis.Addr, RedisKeyPrefix: "cmdattr", CommitRequestWebhook: true,
 		CommitRequestWebhookClientCA: hookCerts.CAFile, CommitRequestWebhookClientNames: []string{"kube-apiserver"},
-		Attribution: attribution.Options{Enabled: true, Grace: 4 * time.Second, FactTTL: time.Minute, Route: "prod",
-			ListenAddress: addr, CertDir: certs.CertDir, ClientCAFile: certs.CAFile, ClientNames: []string{"kube-apiserver"}}})
+		Attribution: rcv.options(4 * time.Second)})
 
 	f.target(t, "site", "site", time.Hour, "")
 	f.watchRule(t, "cms", "site", cmRule())
@@ -237,7 +210,7 @@ func TestCommitRequestAfterAttributedChange(t *testing.T) {
 		return nil
 	})
 	ctx := context.Background()
-	dave := userClient(t, c, "dave")
+	dave := c.UserClient(t, "dave", "system:masters")
 	if err := dave.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: f.ns}, Data: map[string]string{"color": "red"}}); err != nil {
 		t.Fatal(err)
 	}

@@ -7,12 +7,10 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -25,12 +23,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
 	"github.com/siteops/siteops/internal/mirror"
 	"github.com/siteops/siteops/internal/mirror/attribution"
-	"github.com/siteops/siteops/internal/mirror/audit"
 	"github.com/siteops/siteops/internal/servers"
 	"github.com/siteops/siteops/internal/testenv"
 )
@@ -242,40 +238,18 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// provenanceAuditPolicy logs writes to ConfigMaps only: ServiceAccount changes get no audit fact.
-const provenanceAuditPolicy = `apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: ["RequestReceived", "ResponseStarted"]
-rules:
-- level: RequestResponse
-  verbs: ["create", "update", "patch", "delete", "deletecollection"]
-  resources: [{group: "", resources: ["configmaps"]}]
-- level: None
-`
-
 // TestCommitsNameAuditEventsAndTheUnattributedAuthor runs the manager with --author-attribution,
 // --cluster-name and --unattributed-author against an API server posting its audit events: a
 // user's change is committed as that user with the audit ID the API server gave the request
 // (its Audit-Id response header), and a change no audit event names (the policy does not log
 // ServiceAccounts) is committed as the unattributed author, not as the committer.
 func TestCommitsNameAuditEventsAndTheUnattributedAuthor(t *testing.T) {
-	ip := testenv.LoopbackIP()
-	port, err := servers.FreePort(ip)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := net.JoinHostPort(ip, strconv.Itoa(port))
-	certs := testenv.NewMTLS(t, "kube-apiserver", ip)
-	aw, err := servers.WriteAuditWebhook(t.TempDir(), "https://"+addr+audit.PathPrefix+"prov", certs.MTLS, provenanceAuditPolicy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := testenv.NewAPIServer(t, servers.APIServerOptions{Configure: aw.Configure})
+	rcv := newAuditReceiver(t, "prov")
+	c := testenv.NewAPIServer(t, servers.APIServerOptions{Configure: rcv.webhook.Configure})
 	redis := testenv.Redis(t, servers.RedisOptions{})
 	f := newFixture(t, c)
 	runManager(t, c, mirror.Options{RedisAddr: redis.Addr, RedisKeyPrefix: "prov", ClusterName: "prod-eu-1", UnattributedAuthor: "unknown <unknown@example.invalid>",
-		Attribution: attribution.Options{Enabled: true, Grace: 2 * time.Second, FactTTL: time.Minute, Route: "prov",
-			ListenAddress: addr, CertDir: certs.CertDir, ClientCAFile: certs.CAFile, ClientNames: []string{"kube-apiserver"}}}, "")
+		Attribution: rcv.options(2 * time.Second)}, "")
 	f.target(t, "main", "prov", 0, "")
 	f.watchRule(t, "cms", "main", cmRule(), mirrorv1alpha1.ResourceRule{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}})
 
@@ -287,11 +261,7 @@ func TestCommitsNameAuditEventsAndTheUnattributedAuthor(t *testing.T) {
 	f.waitFile(t, base+"serviceaccounts/sentinel.yaml", "sentinel")
 
 	ids := &auditIDs{ids: map[string]string{}}
-	u, err := c.Env.AddUser(envtest.User{Name: "alice", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := u.Config()
+	cfg := c.UserConfig(t, "alice", "system:masters")
 	cfg.Wrap(ids.wrap)
 	alice, err := client.New(cfg, client.Options{Scheme: c.Scheme})
 	if err != nil {

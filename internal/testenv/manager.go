@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -14,16 +15,14 @@ func StartManager(t testing.TB, mgr manager.Manager) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	stopped := false
+	var once sync.Once
 	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager stopped with %v", err)
-		}
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("manager stopped with %v", err)
+			}
+		})
 	}
 	t.Cleanup(stop)
 	if !mgr.GetCache().WaitForCacheSync(ctx) {

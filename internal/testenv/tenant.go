@@ -56,10 +56,7 @@ func (c *Cluster) TenantIn(t testing.TB, ns string) *Tenant {
 		t.Fatalf("install tenant roles: %v", err)
 	}
 	name := "tenant-" + ns
-	u, err := c.Env.AddUser(envtest.User{Name: name}, nil)
-	if err != nil {
-		t.Fatalf("add tenant user %s: %v", name, err)
-	}
+	cfg := c.UserConfig(t, name)
 	rb := &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-edit"},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
@@ -68,8 +65,6 @@ func (c *Cluster) TenantIn(t testing.TB, ns string) *Tenant {
 	if err := c.Client.Create(ctx, rb); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("bind %s to edit in %s: %v", name, ns, err)
 	}
-	cfg := u.Config()
-	cfg.QPS, cfg.Burst = 1000, 1000
 	cl, err := client.New(cfg, client.Options{Scheme: c.Scheme})
 	if err != nil {
 		t.Fatalf("tenant client: %v", err)
@@ -108,4 +103,27 @@ func (c *Cluster) canCreate(ctx context.Context, user, ns string) error {
 // controller does (tenantroles.Install, which `siteops dev up` runs too).
 func (c *Cluster) InstallTenantRoles(ctx context.Context) error {
 	return tenantroles.Install(ctx, c.Config, c.Client)
+}
+
+// UserConfig returns a REST config for user in groups, authenticated by a client certificate of
+// its own, with client-side throttling loose enough for load tests.
+func (c *Cluster) UserConfig(t testing.TB, user string, groups ...string) *rest.Config {
+	t.Helper()
+	u, err := c.Env.AddUser(envtest.User{Name: user, Groups: groups}, nil)
+	if err != nil {
+		t.Fatalf("add user %s: %v", user, err)
+	}
+	cfg := u.Config()
+	cfg.QPS, cfg.Burst = 1000, 1000
+	return cfg
+}
+
+// UserClient returns a client acting as user in groups.
+func (c *Cluster) UserClient(t testing.TB, user string, groups ...string) client.Client {
+	t.Helper()
+	cl, err := client.New(c.UserConfig(t, user, groups...), client.Options{Scheme: c.Scheme})
+	if err != nil {
+		t.Fatalf("client of %s: %v", user, err)
+	}
+	return cl
 }

@@ -218,7 +218,7 @@ func runPage(t *testing.T, dir string, env []string, blocks []pageBlock, hooks [
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-c", script.String())
 	cmd.Dir, cmd.Env = dir, env
-	out := &syncBuffer{}
+	out := &testenv.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.ExtraFiles = []*os.File{doneW, goR}
 	cmd.WaitDelay = 5 * time.Second

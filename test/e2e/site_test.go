@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/siteops/siteops/internal/testenv"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -134,7 +135,7 @@ func (e *env) gitEditRollsOut(t *testing.T) {
 func (e *env) decofileWait(t *testing.T, name, sha string) time.Duration {
 	t.Helper()
 	cmd := cli.NewRootCommand()
-	out := &syncBuffer{}
+	out := &testenv.SyncBuffer{}
 	cmd.SetOut(out)
 	cmd.SetErr(out)
 	cmd.SetArgs([]string{"decofile", "wait", name, "-n", e.siteNS, "--for", "commit:" + sha[:7],
@@ -272,22 +273,4 @@ func (e *env) leaderFailover(t *testing.T) {
 	took = e.decofileWait(t, "shop", sha)
 	t.Logf("the edit after the failover rolled out; `decofile wait` exited 0 after %s", took.Round(time.Millisecond))
 	e.checkRolledOut(t, "shop", e.sitePods, "Shop, third edition")
-}
-
-// syncBuffer is an output shared by a command's goroutines and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

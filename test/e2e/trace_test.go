@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siteops/siteops/internal/testenv"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -95,7 +97,7 @@ func (e *env) traceNamesAPodBehind(t *testing.T) {
 // siteops runs the CLI in this process with the test's kubeconfig and returns what it printed.
 func (e *env) siteops(args ...string) (string, error) {
 	cmd := cli.NewRootCommand()
-	out := &syncBuffer{}
+	out := &testenv.SyncBuffer{}
 	cmd.SetOut(out)
 	cmd.SetErr(out)
 	cmd.SetArgs(append(args, "--kubeconfig", e.KC))

@@ -8,13 +8,13 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime"
-	"runtime/metrics"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/siteops/siteops/internal/testenv/peakmem"
 
 	"github.com/andybalholm/brotli"
 
@@ -37,45 +37,6 @@ func benchPayload(size int) []byte {
 	}
 	b.WriteString("}")
 	return []byte(b.String())
-}
-
-// heapSampler records the largest heap (live and not yet collected objects) seen while it runs.
-type heapSampler struct {
-	peak atomic.Uint64
-	stop chan struct{}
-	done chan struct{}
-}
-
-func startHeapSampler() *heapSampler {
-	s := &heapSampler{stop: make(chan struct{}), done: make(chan struct{})}
-	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	read := func() {
-		metrics.Read(sample)
-		if v := sample[0].Value.Uint64(); v > s.peak.Load() {
-			s.peak.Store(v)
-		}
-	}
-	go func() {
-		defer close(s.done)
-		t := time.NewTicker(2 * time.Millisecond)
-		defer t.Stop()
-		for {
-			read()
-			select {
-			case <-s.stop:
-				read()
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	return s
-}
-
-func (s *heapSampler) Stop() uint64 {
-	close(s.stop)
-	<-s.done
-	return s.peak.Load()
 }
 
 func TestMain(m *testing.M) {
@@ -111,10 +72,9 @@ func BenchmarkRollout(b *testing.B) {
 			var total time.Duration
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				runtime.GC()
-				s := startHeapSampler()
+				s := peakmem.Start()
 				res := n.Run(context.Background(), notify.Rollout{ID: "bench", Timestamp: 1731598481, Token: "t", Body: body, Pods: pods})
-				peak = max(peak, s.Stop())
+				peak = max(peak, s.Stop().Heap)
 				total += res.Duration
 				if !res.Succeeded() {
 					b.Fatalf("rollout failed: %+v; first failures %+v", res.Progress, res.FailedPods()[:min(3, len(res.FailedPods()))])
@@ -122,7 +82,7 @@ func BenchmarkRollout(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/rollout")
-			b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
+			b.ReportMetric(peakmem.MiB(peak), "peak-heap-MiB")
 			b.ReportMetric(float64(len(body))/(1<<20), "payload-MiB")
 		})
 	}

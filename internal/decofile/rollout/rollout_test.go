@@ -111,15 +111,7 @@ func newEnvsOn(t testing.TB, n int, wrap func(http.RoundTripper) http.RoundTripp
 			t.Fatal(err)
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := mgr.Start(ctx); err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	testenv.StartManager(t, mgr)
 	return envs
 }
 

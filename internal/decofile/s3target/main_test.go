@@ -213,18 +213,7 @@ func startManager(t *testing.T, c *testenv.Cluster, ns string, cfg s3target.Conf
 	if err := decofile.Setup(mgr, o); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := mgr.Start(ctx); err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	}()
-	var once sync.Once
-	m := &manager{puts: cnt, stop: func() { once.Do(func() { cancel(); <-done }) }}
-	t.Cleanup(m.stop)
-	return m
+	return &manager{puts: cnt, stop: testenv.StartManager(t, mgr)}
 }
 
 func inlineDecofile(ns, name string, target decov1.TargetType, blocks map[string]string) *decov1.Decofile {

@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/siteops/siteops/internal/mirror/attribution"
 	"github.com/siteops/siteops/internal/mirror/audit"
@@ -106,13 +105,7 @@ func startAuditedCluster(t testing.TB, route string) *auditedCluster {
 // userConfig returns a REST config for a user with its own client certificate.
 func (a *auditedCluster) userConfig(t testing.TB, name string) *rest.Config {
 	t.Helper()
-	u, err := a.c.Env.AddUser(envtest.User{Name: name, Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := u.Config()
-	cfg.QPS, cfg.Burst = 1000, 1000
-	return cfg
+	return a.c.UserConfig(t, name, "system:masters")
 }
 
 // serviceAccountConfig returns a REST config authenticating as a service account (bound to

@@ -203,20 +203,6 @@ func testLostOutcome(t *testing.T, f *fixture) {
 	}
 }
 
-// userClient is a client authenticated as user (each has its own client certificate).
-func userClient(t *testing.T, c *testenv.Cluster, user string) client.Client {
-	t.Helper()
-	u, err := c.Env.AddUser(envtest.User{Name: user, Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := client.New(u.Config(), client.Options{Scheme: c.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cl
-}
-
 func newRequest(ns, name, target, message string) *mirrorv1alpha1.CommitRequest {
 	return &mirrorv1alpha1.CommitRequest{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -243,7 +229,7 @@ func waitCondition(t *testing.T, c client.Client, key client.ObjectKey, typ stri
 func testAuthoredBySubmitter(t *testing.T, f *fixture) {
 	ctx := context.Background()
 	ns := f.c.Namespace(t, "cr", nil)
-	alice := userClient(t, f.c, "alice")
+	alice := f.c.UserClient(t, "alice", "system:masters")
 	cr := newRequest(ns, "release-1", "site", "Release 1: new landing page")
 	if err := alice.Create(ctx, cr); err != nil {
 		t.Fatal(err)
@@ -276,7 +262,7 @@ func testAuthoredBySubmitter(t *testing.T, f *fixture) {
 func testDryRunRecordsNothing(t *testing.T, f *fixture) {
 	ctx := context.Background()
 	ns := f.c.Namespace(t, "cr", nil)
-	bob := userClient(t, f.c, "bob")
+	bob := f.c.UserClient(t, "bob", "system:masters")
 	before, _ := f.raw.Keys(ctx, "cr:author:v1:command:*").Result()
 	if err := bob.Create(ctx, newRequest(ns, "dry", "site", "m"), client.DryRunAll); err != nil {
 		t.Fatal(err)
@@ -290,7 +276,7 @@ func testDryRunRecordsNothing(t *testing.T, f *fixture) {
 func testWebhookDown(t *testing.T, f *fixture) {
 	ctx := context.Background()
 	ns := f.c.Namespace(t, "cr", nil)
-	carol := userClient(t, f.c, "carol")
+	carol := f.c.UserClient(t, "carol", "system:masters")
 
 	// Point the webhook at a port nobody serves: failurePolicy Ignore lets the request through.
 	var vwc admissionregistrationv1.ValidatingWebhookConfiguration

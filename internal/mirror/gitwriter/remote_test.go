@@ -1,14 +1,13 @@
 package gitwriter
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/pem"
+	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,24 +20,6 @@ import (
 	"github.com/siteops/siteops/internal/egress"
 	"github.com/siteops/siteops/internal/testenv"
 )
-
-// syncBuffer collects log lines written from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) add(line string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.b.WriteString(line + "\n")
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestRemoteAnswersNeverShow: a remote the platform allowed answers with error pages, a git
 // error line and garbage, each carrying a marker. The writer's status and logs say what failed
@@ -82,8 +63,8 @@ func TestRemoteAnswersNeverShow(t *testing.T) {
 			go func() { _ = srv.Serve(l) }()
 			t.Cleanup(func() { _ = srv.Close() })
 
-			logs := &syncBuffer{}
-			log := funcr.New(func(prefix, args string) { logs.add(prefix + " " + args) }, funcr.Options{Verbosity: 10})
+			logs := &testenv.SyncBuffer{}
+			log := funcr.New(func(prefix, args string) { fmt.Fprintln(logs, prefix+" "+args) }, funcr.Options{Verbosity: 10})
 			w := New(Config{URL: "http://" + l.Addr().String() + "/org/repo.git", Branch: "main", Committer: Signature{"Mirror", "mirror@example.com"},
 				RetryInterval: 10 * time.Millisecond, Egress: localEgress(t)})
 			ctx, cancel := context.WithCancel(logf.IntoContext(context.Background(), log))

@@ -258,9 +258,9 @@ func TestWriterReopensToReleaseMemory(t *testing.T) {
 	url, _ := remote.CreateRepo("reopen", "main")
 	bare := remote.RepoDir("reopen")
 	// A failed refetch keeps the current repository and logs it: the logs tell whether it worked.
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	w := New(Config{URL: url, Branch: "main", Committer: Signature{"Mirror", "mirror@example.com"}, ReopenAfter: 1, Egress: localEgress(t)})
-	rctx, cancel := context.WithCancel(logf.IntoContext(context.Background(), funcr.New(func(prefix, args string) { logs.add(prefix + " " + args) }, funcr.Options{})))
+	rctx, cancel := context.WithCancel(logf.IntoContext(context.Background(), funcr.New(func(prefix, args string) { fmt.Fprintln(logs, prefix+" "+args) }, funcr.Options{})))
 	done := make(chan struct{})
 	go func() { _ = w.Run(rctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })

@@ -203,14 +203,7 @@ func TestClusterWatchRuleChecked(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = c.Client.Delete(context.Background(), o) })
 	}
-	u, err := c.Env.AddUser(envtest.User{Name: name}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := client.New(u.Config(), client.Options{Scheme: c.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := c.UserClient(t, name)
 	testenv.Eventually(t, time.Minute, func() error {
 		if !may(t, c, name, "create", mirrorv1alpha1.GroupVersion.Group, "clusterwatchrules", "") {
 			return fmt.Errorf("binding of %s not in effect yet", name)
@@ -257,14 +250,7 @@ func TestSecretsRuleNeedsSecretRead(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	u, err := c.Env.AddUser(envtest.User{Name: name}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := client.New(u.Config(), client.Options{Scheme: c.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := c.UserClient(t, name)
 	testenv.Eventually(t, time.Minute, func() error {
 		if !may(t, c, name, "create", mirrorv1alpha1.GroupVersion.Group, "watchrules", tenant.Namespace) {
 			return fmt.Errorf("binding of %s not in effect yet", name)
@@ -275,7 +261,7 @@ func TestSecretsRuleNeedsSecretRead(t *testing.T) {
 		t.Fatal("the user's access to Secrets is not list and watch without get")
 	}
 
-	err = cl.Create(ctx, watchRule(tenant.Namespace, "secrets", rule("", "secrets")))
+	err := cl.Create(ctx, watchRule(tenant.Namespace, "secrets", rule("", "secrets")))
 	refused(t, err, "secrets", "get, list and watch", tenant.Namespace)
 	err = cl.Create(ctx, watchRule(tenant.Namespace, "core", rule("", "*")))
 	refused(t, err, "secrets")

@@ -7,22 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siteops/siteops/internal/waves/wavestest"
+
 	"github.com/siteops/siteops/internal/waves"
 	"github.com/siteops/siteops/internal/waves/emit"
 	"github.com/siteops/siteops/internal/waves/plan"
 	"github.com/siteops/siteops/internal/waves/repo"
 )
-
-func write(t *testing.T, dir, rel, content string) {
-	t.Helper()
-	p := filepath.Join(dir, rel)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
 
 func read(t *testing.T, dir, rel string) string {
 	t.Helper()
@@ -39,13 +30,13 @@ const sd = "apiVersion: catalog.siteops.dev/v1alpha1\nkind: ServiceDefinition\nn
 // decryption patch in one environment and none in another.
 func small(t *testing.T) string {
 	dir := t.TempDir()
-	write(t, dir, "catalog/a.yaml", strings.ReplaceAll(sd, "%s", "a"))
-	write(t, dir, "catalog/b.yaml", strings.ReplaceAll(sd, "%s", "b")+"dependencies:\n  - to: a\n")
-	write(t, dir, "apps/a.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n")
-	write(t, dir, "apps/a-bootstrap-secret.sops.yaml", "apiVersion: v1\nkind: Secret\nmetadata:\n  name: a\nsops:\n  version: 3.9.4\n")
-	write(t, dir, "apps/b.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n")
-	write(t, dir, "clusters/base/kustomization.yaml", "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [] # filled by emit\n")
-	write(t, dir, "clusters/prod/kustomization.yaml", `apiVersion: kustomize.config.k8s.io/v1beta1
+	wavestest.WriteFile(t, dir, "catalog/a.yaml", strings.ReplaceAll(sd, "%s", "a"))
+	wavestest.WriteFile(t, dir, "catalog/b.yaml", strings.ReplaceAll(sd, "%s", "b")+"dependencies:\n  - to: a\n")
+	wavestest.WriteFile(t, dir, "apps/a.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n")
+	wavestest.WriteFile(t, dir, "apps/a-bootstrap-secret.sops.yaml", "apiVersion: v1\nkind: Secret\nmetadata:\n  name: a\nsops:\n  version: 3.9.4\n")
+	wavestest.WriteFile(t, dir, "apps/b.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n")
+	wavestest.WriteFile(t, dir, "clusters/base/kustomization.yaml", "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [] # filled by emit\n")
+	wavestest.WriteFile(t, dir, "clusters/prod/kustomization.yaml", `apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
 - ../base
@@ -62,7 +53,7 @@ patches:
         secretRef:
           name: prod-age
 `)
-	write(t, dir, "clusters/lab/kustomization.yaml", "resources:\n- ../base\n")
+	wavestest.WriteFile(t, dir, "clusters/lab/kustomization.yaml", "resources:\n- ../base\n")
 	return dir
 }
 
@@ -124,7 +115,7 @@ func TestVanishedWaveIsRemovedEverywhere(t *testing.T) {
 	dir := small(t)
 	run(t, dir, emit.Options{Move: true})
 	// b no longer depends on a: wave 1 is empty.
-	write(t, dir, "catalog/b.yaml", strings.ReplaceAll(sd, "%s", "b"))
+	wavestest.WriteFile(t, dir, "catalog/b.yaml", strings.ReplaceAll(sd, "%s", "b"))
 	ch := run(t, dir, emit.Options{Move: true})
 	var got []string
 	for _, c := range ch {

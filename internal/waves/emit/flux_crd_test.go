@@ -7,12 +7,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/siteops/siteops/internal/waves/wavestest"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/siteops/siteops/internal/servers"
 	"github.com/siteops/siteops/internal/testenv"
 	"github.com/siteops/siteops/internal/waves"
 	"github.com/siteops/siteops/internal/waves/emit"
@@ -20,50 +21,9 @@ import (
 	"github.com/siteops/siteops/internal/waves/repo"
 )
 
-// fluxModule is the module whose CRD the emitted Kustomizations must satisfy: the controller
-// release matching the API package in go.mod.
-const fluxModule = "github.com/fluxcd/kustomize-controller@v1.9.6"
+func TestMain(m *testing.M) { wavestest.Main(m) }
 
-var crdErr error
-
-func TestMain(m *testing.M) {
-	var opts servers.APIServerOptions
-	if !isShort() {
-		crd, err := fluxCRD()
-		if err != nil {
-			crdErr = err
-		} else {
-			opts.ExtraCRDPaths = []string{crd}
-		}
-	}
-	testenv.Main(m, opts)
-}
-
-func isShort() bool {
-	for _, a := range os.Args[1:] {
-		if a == "-test.short" || a == "-test.short=true" {
-			return true
-		}
-	}
-	return false
-}
-
-// fluxCRD fetches the controller module into the module cache (outside this module, so go.mod
-// is untouched) and returns the path of its Kustomization CRD.
-func fluxCRD() (string, error) {
-	return servers.ModuleFile(fluxModule, "config/crd/bases/kustomize.toolkit.fluxcd.io_kustomizations.yaml")
-}
-
-func cluster(t *testing.T) *testenv.Cluster {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("needs a kube-apiserver")
-	}
-	if crdErr != nil {
-		t.Fatalf("fetch the Flux Kustomization CRD: %v", crdErr)
-	}
-	return testenv.APIServer(t)
-}
+func cluster(t *testing.T) *testenv.Cluster { return wavestest.Cluster(t) }
 
 // splitFixture copies the seed's repository and splits it into waves.
 func splitFixture(t *testing.T) *repo.Repo {

@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/siteops/siteops/internal/cli"
-	"github.com/siteops/siteops/internal/servers"
 	"github.com/siteops/siteops/internal/testenv"
 	"github.com/siteops/siteops/internal/waves"
 	"github.com/siteops/siteops/internal/waves/cutover"
@@ -31,43 +30,11 @@ import (
 	"github.com/siteops/siteops/internal/waves/wavestest"
 )
 
-// fluxModule is the controller release matching the API package in go.mod; its Kustomization
-// CRD validates the live objects the tests create.
-const fluxModule = "github.com/fluxcd/kustomize-controller@v1.9.6"
-
-var crdErr error
-
-func TestMain(m *testing.M) {
-	var opts servers.APIServerOptions
-	if !isShort() {
-		crd, err := servers.ModuleFile(fluxModule, "config/crd/bases/kustomize.toolkit.fluxcd.io_kustomizations.yaml")
-		if err != nil {
-			crdErr = err
-		} else {
-			opts.ExtraCRDPaths = []string{crd, filepath.Join("testdata", "crds")}
-		}
-	}
-	testenv.Main(m, opts)
-}
-
-func isShort() bool {
-	for _, a := range os.Args[1:] {
-		if a == "-test.short" || a == "-test.short=true" {
-			return true
-		}
-	}
-	return false
-}
+func TestMain(m *testing.M) { wavestest.Main(m, filepath.Join("testdata", "crds")) }
 
 func cluster(t *testing.T) (*testenv.Cluster, client.Client) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("needs a kube-apiserver")
-	}
-	if crdErr != nil {
-		t.Fatalf("fetch the Flux Kustomization CRD: %v", crdErr)
-	}
-	c := testenv.APIServer(t)
+	c := wavestest.Cluster(t)
 	cl, err := liveread.NewClient(c.Config)
 	if err != nil {
 		t.Fatal(err)

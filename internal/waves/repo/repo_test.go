@@ -1,7 +1,6 @@
 package repo
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,29 +10,18 @@ import (
 	"github.com/siteops/siteops/internal/waves/wavestest"
 )
 
-func write(t *testing.T, dir, rel, content string) {
-	t.Helper()
-	p := filepath.Join(dir, rel)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // A repository folder below the git root (a monorepo) reads the same at a ref as on disk.
 func TestAtRefInSubfolder(t *testing.T) {
 	root := t.TempDir()
 	if _, err := git.PlainInit(root, false); err != nil {
 		t.Fatal(err)
 	}
-	write(t, root, "gitops/apps/kustomization.yaml", "resources:\n- a.yaml\n")
-	write(t, root, "gitops/apps/a.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n")
-	write(t, root, "README.md", "x")
+	wavestest.WriteFile(t, root, "gitops/apps/kustomization.yaml", "resources:\n- a.yaml\n")
+	wavestest.WriteFile(t, root, "gitops/apps/a.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n")
+	wavestest.WriteFile(t, root, "README.md", "x")
 	wavestest.Commit(t, root, "c")
 	// Changed after the commit: the ref must not see it.
-	write(t, root, "gitops/apps/a.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n")
+	wavestest.WriteFile(t, root, "gitops/apps/a.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n")
 
 	r, err := AtRef(filepath.Join(root, "gitops"), "HEAD", DefaultLayout)
 	if err != nil {
@@ -64,7 +52,7 @@ func TestAtRefUnknownRef(t *testing.T) {
 	if _, err := git.PlainInit(root, false); err != nil {
 		t.Fatal(err)
 	}
-	write(t, root, "x", "x")
+	wavestest.WriteFile(t, root, "x", "x")
 	wavestest.Commit(t, root, "c")
 	if _, err := AtRef(root, "no-such-branch", DefaultLayout); err == nil || !strings.Contains(err.Error(), `resolve git ref "no-such-branch"`) {
 		t.Fatalf("error %v", err)
@@ -73,9 +61,9 @@ func TestAtRefUnknownRef(t *testing.T) {
 
 func TestAppFilesRejectsDuplicateNames(t *testing.T) {
 	dir := t.TempDir()
-	write(t, dir, "apps/wave-0/a.yaml", "x")
-	write(t, dir, "apps/wave-1/a.yaml", "x")
-	write(t, dir, "apps/wave-1/kustomization.yaml", "x")
+	wavestest.WriteFile(t, dir, "apps/wave-0/a.yaml", "x")
+	wavestest.WriteFile(t, dir, "apps/wave-1/a.yaml", "x")
+	wavestest.WriteFile(t, dir, "apps/wave-1/kustomization.yaml", "x")
 	r, err := OnDisk(dir, DefaultLayout)
 	if err != nil {
 		t.Fatal(err)
@@ -87,11 +75,11 @@ func TestAppFilesRejectsDuplicateNames(t *testing.T) {
 
 func TestAppFiles(t *testing.T) {
 	dir := t.TempDir()
-	write(t, dir, "apps/a.yaml", "x")
-	write(t, dir, "apps/kustomization.yaml", "x")
-	write(t, dir, "apps/wave-1/b.sops.yaml", "x")
-	write(t, dir, "apps/wave-1/deep/c.yaml", "x")
-	write(t, dir, "apps/README.md", "x")
+	wavestest.WriteFile(t, dir, "apps/a.yaml", "x")
+	wavestest.WriteFile(t, dir, "apps/kustomization.yaml", "x")
+	wavestest.WriteFile(t, dir, "apps/wave-1/b.sops.yaml", "x")
+	wavestest.WriteFile(t, dir, "apps/wave-1/deep/c.yaml", "x")
+	wavestest.WriteFile(t, dir, "apps/README.md", "x")
 	r, _ := OnDisk(dir, DefaultLayout)
 	got, err := r.AppFiles()
 	if err != nil {

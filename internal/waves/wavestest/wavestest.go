@@ -62,3 +62,15 @@ func Edit(t testing.TB, dir, rel, old, new string) {
 		t.Fatal(err)
 	}
 }
+
+// WriteFile writes content to rel under dir, making the folders it needs.
+func WriteFile(t testing.TB, dir, rel, content string) {
+	t.Helper()
+	p := filepath.Join(dir, rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
