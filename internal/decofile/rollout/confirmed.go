@@ -52,10 +52,9 @@ type ledger struct {
 	key  client.ObjectKey
 	hash string
 	// pods in the order they were selected; skipped ones are left out of the counts.
-	pods    []ledgerPod
-	byName  map[string]int
-	memory  *confirmations
-	settled bool
+	pods   []ledgerPod
+	byName map[string]int
+	memory *confirmations
 }
 
 type ledgerPod struct {
