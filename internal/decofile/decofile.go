@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/siteops/siteops/internal/shard"
+
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -44,6 +46,9 @@ type Options struct {
 	S3 s3target.Config
 	// Push configures the push event receiver (--push-webhook-*).
 	Push PushOptions
+	// Shard selects the Decofiles this instance reconciles (by their own labels); the webhook
+	// and the push receiver answer for every Decofile.
+	Shard shard.Selector
 }
 
 // PushOptions are the push event receiver's flags.
@@ -376,7 +381,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	}
 	// Always running: with delete-on-finalize off it releases Decofiles that still carry the
 	// finalizer from a time it was on.
-	if err := s3target.SetupFinalizers(mgr, deleter); err != nil {
+	if err := s3target.SetupFinalizers(mgr, deleter, o.Shard); err != nil {
 		return fmt.Errorf("set up Decofile S3 finalizer: %w", err)
 	}
 	if !o.DisableInjection {
@@ -384,6 +389,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 			return fmt.Errorf("set up Decofile injection webhook: %w", err)
 		}
 	}
+	delivery.Shard = o.Shard
 	if o.Push.Enabled() {
 		if err := setupPush(mgr, o.Push, &delivery); err != nil {
 			return err
@@ -391,6 +397,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	}
 	// New content of a Decofile without pods is recorded as rolled out in the delivery's write.
 	delivery.Rollout = rollout.Settler{Reader: mgr.GetAPIReader()}
+	o.Rollout.Shard = o.Shard
 	if err := controller.Setup(mgr, delivery); err != nil {
 		return fmt.Errorf("set up Decofile delivery controller: %w", err)
 	}
@@ -406,7 +413,7 @@ func setupPush(mgr ctrl.Manager, p PushOptions, delivery *controller.Options) er
 	if err != nil {
 		return err
 	}
-	trigger, err := controller.NewPushTrigger(context.Background(), mgr, p.MaxPerNamespace)
+	trigger, err := controller.NewPushTrigger(context.Background(), mgr, p.MaxPerNamespace, delivery.Shard)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/siteops/siteops/internal/shard"
+
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -76,6 +78,10 @@ type Options struct {
 	RetryPeriod   time.Duration
 	// Controllers are the parts to run.
 	Controllers []string
+	// WatchLabelSelector limits what this instance reconciles to the objects it selects (see
+	// package shard); empty reconciles everything. ShardName names the shard in metrics.
+	WatchLabelSelector string
+	ShardName          string
 	// WebhookHost and WebhookPort are where the admission webhook server listens.
 	WebhookHost string
 	WebhookPort int
@@ -148,6 +154,8 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.LeaseDuration, "leader-election-lease-duration", o.LeaseDuration, "how long a standby waits after the leader's last renewal before taking the Lease (the failover time after a crash)")
 	fs.DurationVar(&o.RenewDeadline, "leader-election-renew-deadline", o.RenewDeadline, "how long the leader keeps trying to renew before it gives up leadership; less than the lease duration")
 	fs.DurationVar(&o.RetryPeriod, "leader-election-retry-period", o.RetryPeriod, "how often replicas renew or try to take the Lease")
+	fs.StringVar(&o.WatchLabelSelector, "watch-label-selector", o.WatchLabelSelector, "reconcile only the objects this label selector matches (Decofiles by their labels, tenants by their Namespace's, the mirror by the GitTarget's), such as \"sharding.siteops.dev/key=shard1\" for a shard or \"!sharding.siteops.dev/key\" for the main instance beside shards; webhooks and push events are served for every object; empty reconciles everything")
+	fs.StringVar(&o.ShardName, "shard-name", o.ShardName, "name of this instance's shard, for the siteops_shard_info metric and logs (empty for the main instance)")
 	fs.StringSliceVar(&o.Controllers, "controllers", o.Controllers, "parts to run: "+strings.Join(Parts, ",")+" (v0.11's part names are accepted, see docs/migration.md)")
 	fs.StringVar(&o.WebhookHost, "webhook-host", o.WebhookHost, "address the admission webhook server binds to")
 	fs.IntVar(&o.WebhookPort, "webhook-port", o.WebhookPort, "port of the admission webhook server")
@@ -188,6 +196,9 @@ func (o *Options) Validate() error {
 	}
 	if o.LeaderElect && (o.RetryPeriod <= 0 || o.RenewDeadline <= time.Duration(1.2*float64(o.RetryPeriod)) || o.LeaseDuration <= o.RenewDeadline) {
 		errs = append(errs, fmt.Errorf("leader election: want --leader-election-lease-duration (%s) > --leader-election-renew-deadline (%s) > 1.2 × --leader-election-retry-period (%s) > 0", o.LeaseDuration, o.RenewDeadline, o.RetryPeriod))
+	}
+	if _, err := shard.Parse(o.WatchLabelSelector); err != nil {
+		errs = append(errs, err)
 	}
 	if o.Enabled(PartDecofile) {
 		errs = append(errs, o.Decofile.Validate())
@@ -283,6 +294,12 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := mgr.AddReadyzCheck("webhooks", webhooks.readyCheck); err != nil {
 		return nil, err
 	}
+	sel, err := shard.Parse(o.WatchLabelSelector)
+	if err != nil {
+		return nil, err
+	}
+	shard.Announce(o.ShardName, sel)
+	o.Decofile.Shard, o.Tenant.Shard, o.Mirror.Shard = sel, sel, sel
 	setups := map[string]func() error{
 		PartDecofile: func() error { return decofile.Setup(mgr, o.Decofile) },
 		PartTenant:   func() error { return tenant.Setup(mgr, o.tenantWithMirrorReserved()) },

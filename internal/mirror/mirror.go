@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/siteops/siteops/internal/shard"
+
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
@@ -31,6 +33,9 @@ import (
 
 // Options configures the mirror part.
 type Options struct {
+	// Shard selects the GitTargets this instance mirrors (their rules, CommitRequests and
+	// GitProviders follow); set by the manager from --watch-label-selector.
+	Shard shard.Selector
 	// RedisAddr is host:port of the Redis/Valkey server holding the watch resume cursors. Empty
 	// (and no RedisSentinelAddrs) runs without durable cursors (every restart replays), which
 	// only suits local development.
@@ -369,22 +374,23 @@ func SetupWithEngine(mgr ctrl.Manager, o Options) (*engine.Engine, error) {
 	}
 	disc := &controller.Discovery{Client: dc}
 	recorder := mgr.GetEventRecorder("siteops-mirror")
-	targets := &controller.GitTargetReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Discovery: disc, Engine: eng, Recorder: recorder, CursorsConfigured: cursors != nil, Egress: policy, HashKeys: hashKeys}
+	targets := &controller.GitTargetReconciler{Shard: o.Shard, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Discovery: disc, Engine: eng, Recorder: recorder, CursorsConfigured: cursors != nil, Egress: policy, HashKeys: hashKeys}
 	eng.OnTargetChange = func(t types.NamespacedName) { targets.Notify(t) }
 	if err := targets.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	for _, cluster := range []bool{false, true} {
-		if err := (&controller.RuleReconciler{Client: mgr.GetClient(), Discovery: disc, Recorder: recorder, Cluster: cluster}).SetupWithManager(mgr); err != nil {
+		if err := (&controller.RuleReconciler{Shard: o.Shard, Client: mgr.GetClient(), Discovery: disc, Recorder: recorder, Cluster: cluster}).SetupWithManager(mgr); err != nil {
 			return nil, err
 		}
 	}
-	if err := (&controller.ProviderReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Egress: policy}).SetupWithManager(mgr); err != nil {
+	if err := (&controller.ProviderReconciler{Shard: o.Shard, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Egress: policy}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	// CommitRequests: the submitter is recorded at admission in Redis (independent of
 	// --author-attribution); without Redis no webhook is served and the committer authors them.
-	cro := commitrequest.Options{Closer: windowCloser{eng: eng, settle: resolver.Settle}, Identity: attribution.Identity{NoreplyDomain: o.Attribution.NoreplyDomain}}
+	cro := commitrequest.Options{Closer: windowCloser{eng: eng, settle: resolver.Settle}, Identity: attribution.Identity{NoreplyDomain: o.Attribution.NoreplyDomain},
+		Shard: o.Shard, TargetLabels: controller.TargetLabels(mgr.GetClient())}
 	switch {
 	case !o.CommitRequestWebhook:
 	case redisStore != nil:

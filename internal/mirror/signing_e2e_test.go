@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"golang.org/x/crypto/ssh"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -217,7 +219,7 @@ type auditIDs struct {
 }
 
 func (a *auditIDs) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+	return promhttp.RoundTripperFunc(func(r *http.Request) (*http.Response, error) {
 		resp, err := rt.RoundTrip(r)
 		if err == nil {
 			a.mu.Lock()
@@ -233,10 +235,6 @@ func (a *auditIDs) get(key string) string {
 	defer a.mu.Unlock()
 	return a.ids[key]
 }
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // TestCommitsNameAuditEventsAndTheUnattributedAuthor runs the manager with --author-attribution,
 // --cluster-name and --unattributed-author against an API server posting its audit events: a

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/siteops/siteops/internal/shard"
+
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -64,6 +66,8 @@ const (
 
 // Options configures the tenant part.
 type Options struct {
+	// Shard selects the tenants this instance provisions, by their Namespace's labels.
+	Shard shard.Selector
 	// SentinelAddrs are the Sentinels' host:port addresses; every one is watched for failovers.
 	SentinelAddrs []string
 	// SentinelMaster is the name the Sentinels monitor the master under.
@@ -365,11 +369,12 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		RolloutPoll:         poll,
 		MaxGrace:            o.RotationMaxGrace,
 		Guard:               guard,
+		Shard:               o.Shard,
 	}
 	if err := r.SetupWithManager(mgr, secrets); err != nil {
 		return fmt.Errorf("set up tenant namespace controller: %w", err)
 	}
-	lister := &provision.TenantLister{Namespaces: mgr.GetAPIReader(), ReservedUsers: o.Reserved(), ReservedKeyPrefixes: o.ReservedPrefixes(), Events: events}
+	lister := &provision.TenantLister{Namespaces: mgr.GetAPIReader(), Shard: o.Shard, ReservedUsers: o.Reserved(), ReservedKeyPrefixes: o.ReservedPrefixes(), Events: events}
 	syncer := &resync.Syncer{Nodes: nodes, Tenants: lister.List, Prover: prover, Events: events, Guard: guard}
 	if err := mgr.Add(&resync.Periodic{Syncer: syncer, Period: o.ResyncPeriod, JitterFactor: 0.1}); err != nil {
 		return fmt.Errorf("add periodic tenant resync: %w", err)

@@ -31,6 +31,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/siteops/siteops/internal/shard"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -106,6 +108,8 @@ const (
 
 // Options configures the delivery controller.
 type Options struct {
+	// Shard selects the Decofiles this controller reconciles.
+	Shard shard.Selector
 	// GitHub fetches github sources (base URLs, limits, HTTP client).
 	GitHub *source.GitHub
 	// Git fetches git sources.
@@ -231,7 +235,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		// reconcile: this controller's own status writes, and the rollout controller's, do not.
 		// A rollback's request to store the last good content again (Decofile.RollingBack) too,
 		// and the rollout's writes that change what Ready says (the pods confirmed the content).
-		For(&decov1.Decofile{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, rollbackRequested, readinessChanged))).
+		For(&decov1.Decofile{}, builder.WithPredicates(o.Shard.For(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, rollbackRequested, readinessChanged))).
 		// Metadata only: the manager must not cache every ConfigMap and Secret of the cluster.
 		// A changed or deleted ConfigMap is checked and restored; a deleted reload Secret is recreated.
 		// A created one is not: it is this controller's own write (or, at start, one whose
@@ -251,7 +255,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		return err
 	}
 	b = r.watchAnnouncers(mgr, b)
-	return b.Complete(r)
+	return b.Complete(shard.Wrap(o.Shard, mgr.GetClient(), func() client.Object { return &decov1.Decofile{} }, r))
 }
 
 // rollbackRequested lets through the update that asks this controller to store the last good

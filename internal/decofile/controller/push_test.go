@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siteops/siteops/internal/shard"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -37,7 +39,7 @@ const (
 // delivery controller and the receiver's URL.
 func startPush(t *testing.T, mgr ctrl.Manager) (*controller.PushTrigger, string) {
 	t.Helper()
-	trigger, err := controller.NewPushTrigger(context.Background(), mgr, pushMaxPerNamespace)
+	trigger, err := controller.NewPushTrigger(context.Background(), mgr, pushMaxPerNamespace, shard.Selector{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +227,7 @@ func TestPushOnAReplicaThatIsNotTheLeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	trigger, err := controller.NewPushTrigger(context.Background(), replica, 0)
+	trigger, err := controller.NewPushTrigger(context.Background(), replica, 0, shard.Selector{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/siteops/siteops/internal/shard"
+
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -37,13 +39,16 @@ type PushTrigger struct {
 	// maxPerNamespace bounds how many Decofiles of one namespace a push reconciles: a tenant
 	// that makes many Decofiles follow a busy repository cannot fill the queue with them.
 	maxPerNamespace int
-	now             func() time.Time
+	// shard selects the Decofiles this replica's controller reconciles once elected; the others
+	// are handed to their shard's leader through the API.
+	shard shard.Selector
+	now   func() time.Time
 }
 
 // NewPushTrigger registers the source index with mgr's cache and returns the trigger to pass
 // to Setup (Options.Push) and to the push receiver. maxPerNamespace <= 0 means
 // DefaultPushMaxPerNamespace.
-func NewPushTrigger(ctx context.Context, mgr manager.Manager, maxPerNamespace int) (*PushTrigger, error) {
+func NewPushTrigger(ctx context.Context, mgr manager.Manager, maxPerNamespace int, sel shard.Selector) (*PushTrigger, error) {
 	if err := indexSources(ctx, mgr); err != nil {
 		return nil, err
 	}
@@ -56,6 +61,7 @@ func NewPushTrigger(ctx context.Context, mgr manager.Manager, maxPerNamespace in
 		elected:         mgr.Elected(),
 		events:          make(chan event.GenericEvent, 1024),
 		maxPerNamespace: maxPerNamespace,
+		shard:           sel,
 		now:             time.Now,
 	}, nil
 }
@@ -93,20 +99,30 @@ func (t *PushTrigger) Trigger(ctx context.Context, keys []string) (int, error) {
 	if skipped > 0 {
 		logf.FromContext(ctx).Info("push reached the per-namespace bound; the rest follow at their interval", "skipped", skipped, "maxPerNamespace", t.maxPerNamespace)
 	}
+	elected := false
 	select {
 	case <-t.elected:
-		for _, df := range found {
-			select {
-			case t.events <- event.GenericEvent{Object: df}:
-			case <-ctx.Done():
-				return 0, fmt.Errorf("queue the Decofiles: %w", ctx.Err())
-			}
-		}
+		elected = true
 	default:
-		// This replica's controller is not running: ask the leader through the API.
+	}
+	var elsewhere []*decov1.Decofile
+	for _, df := range found {
+		if !elected || !t.shard.Owns(df) {
+			elsewhere = append(elsewhere, df)
+			continue
+		}
+		select {
+		case t.events <- event.GenericEvent{Object: df}:
+		case <-ctx.Done():
+			return 0, fmt.Errorf("queue the Decofiles: %w", ctx.Err())
+		}
+	}
+	if len(elsewhere) > 0 {
+		// This replica's controller is not running, or another shard reconciles them: ask
+		// their leader through the API.
 		var errs []error
 		value := t.now().UTC().Format(time.RFC3339Nano)
-		for _, df := range found {
+		for _, df := range elsewhere {
 			orig := df.DeepCopy()
 			if df.Annotations == nil {
 				df.Annotations = map[string]string{}

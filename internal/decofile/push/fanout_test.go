@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siteops/siteops/internal/shard"
+
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -83,7 +85,7 @@ func startFanout(t testing.TB) *fanoutEnv {
 			t.Fatal(err)
 		}
 		// 200 Decofiles of one namespace may follow the pushed repository.
-		trigger, err := controller.NewPushTrigger(context.Background(), mgr, 1000)
+		trigger, err := controller.NewPushTrigger(context.Background(), mgr, 1000, shard.Selector{})
 		if err != nil {
 			t.Fatal(err)
 		}

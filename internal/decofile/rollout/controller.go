@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/siteops/siteops/internal/shard"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -49,6 +51,8 @@ const (
 
 // Options configures the rollout controller.
 type Options struct {
+	// Shard selects the Decofiles this controller rolls out.
+	Shard shard.Selector
 	// Notify bounds each rollout (concurrency, timeouts, attempts).
 	Notify notify.Config
 	// Protocol is push (default) or long-poll.
@@ -176,10 +180,10 @@ func setup(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 	}
 	return r, ctrl.NewControllerManagedBy(mgr).
 		Named("decofile-rollout").
-		For(&decov1alpha1.Decofile{}, builder.WithPredicates(changePredicate())).
+		For(&decov1alpha1.Decofile{}, builder.WithPredicates(o.Shard.For(changePredicate()))).
 		WatchesRawSource(source.Channel(r.runners.requeue, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: o.MaxConcurrentRollouts}).
-		Complete(r)
+		Complete(shard.Wrap(o.Shard, mgr.GetClient(), func() client.Object { return &decov1alpha1.Decofile{} }, r))
 }
 
 // changePredicate lets through what can start, retry or stop a rollout: a spec change (silent),

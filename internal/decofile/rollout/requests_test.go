@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -43,7 +45,7 @@ type wireRequest struct {
 }
 
 func (w *wire) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+	return promhttp.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		method := req.Method
 		if method == http.MethodGet && req.URL.Query().Get("watch") == "true" {
 			method = "WATCH"
@@ -73,10 +75,6 @@ func (w *wire) find(method, suffix string) []wireRequest {
 	}
 	return out
 }
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 type countedBody struct {
 	io.ReadCloser

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/siteops/siteops/internal/shard"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
@@ -39,14 +41,15 @@ type Finalizers struct {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // SetupFinalizers registers the finalizer controller with mgr. store is nil when objects are
-// not to be deleted (--s3-delete-on-finalize off or no s3 target).
-func SetupFinalizers(mgr ctrl.Manager, store *Store) error {
+// not to be deleted (--s3-delete-on-finalize off or no s3 target); sel picks the Decofiles of this
+// instance's shard.
+func SetupFinalizers(mgr ctrl.Manager, store *Store, sel shard.Selector) error {
 	f := &Finalizers{client: mgr.GetClient(), store: store, recorder: mgr.GetEventRecorder("siteops-decofile-s3")}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("decofile-s3-finalizer").
 		// Setting deletionTimestamp bumps the generation, as does a change of target.
-		For(&decov1.Decofile{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Complete(f)
+		For(&decov1.Decofile{}, builder.WithPredicates(sel.For(predicate.GenerationChangedPredicate{}))).
+		Complete(shard.Wrap(sel, mgr.GetClient(), func() client.Object { return &decov1.Decofile{} }, f))
 }
 
 // Reconcile adds or honours the finalizer.

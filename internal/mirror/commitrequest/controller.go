@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/siteops/siteops/internal/shard"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
 	"github.com/siteops/siteops/internal/mirror/attribution"
@@ -54,7 +57,10 @@ type AuthorLookup interface {
 
 // Reconciler processes each CommitRequest once.
 type Reconciler struct {
-	Client client.Client
+	// Shard and TargetLabels select the requests of GitTargets in this instance's shard.
+	Shard        shard.Selector
+	TargetLabels shard.LabelsFunc
+	Client       client.Client
 	// Reader reads a request again after a conflicting status write: the API server, not the
 	// cache, which may not have the write that conflicted yet. Nil reads through Client.
 	Reader client.Reader
@@ -87,7 +93,16 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named(name).
 		For(&mirrorv1alpha1.CommitRequest{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: Workers}).
-		Complete(&fairness.Limit{Inner: r, Controller: name, PerNamespace: PerNamespace})
+		Complete(r.sharded(mgr, &fairness.Limit{Inner: r, Controller: name, PerNamespace: PerNamespace}))
+}
+
+// sharded leaves the requests of GitTargets in other shards to those shards.
+func (r *Reconciler) sharded(mgr ctrl.Manager, inner reconcile.Reconciler) reconcile.Reconciler {
+	if r.Shard.All() {
+		return inner
+	}
+	return &shard.Reconciler{Reader: mgr.GetClient(), Selector: r.Shard, Inner: inner, LabelsOf: r.TargetLabels,
+		New: func() client.Object { return &mirrorv1alpha1.CommitRequest{} }}
 }
 
 // attempted reports whether an earlier reconcile got as far as committing (or failing to): its

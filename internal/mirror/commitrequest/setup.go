@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/siteops/siteops/internal/shard"
+
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -31,6 +33,10 @@ type Options struct {
 	// nothing. Nil accepts any caller that reaches the webhook port: the mirror part never
 	// serves it so (--commitrequest-webhook-client-ca is required); tests of the handler may.
 	Clients *clientauth.Verifier
+	// Shard selects the requests this instance processes, by the labels TargetLabels returns
+	// (their GitTarget's).
+	Shard        shard.Selector
+	TargetLabels shard.LabelsFunc
 }
 
 // Setup registers the admission webhook (when Authors is set and the manager has a webhook
@@ -39,7 +45,8 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if o.Closer == nil {
 		return errors.New("commitrequest: no window closer (mirror engine) configured")
 	}
-	r := &Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Closer: o.Closer, Identity: o.Identity, RetryAfter: o.RetryAfter}
+	r := &Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Closer: o.Closer, Identity: o.Identity, RetryAfter: o.RetryAfter,
+		Shard: o.Shard, TargetLabels: o.TargetLabels}
 	if o.Authors != nil {
 		r.Authors = o.Authors
 		if srv := mgr.GetWebhookServer(); srv != nil {

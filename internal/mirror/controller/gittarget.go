@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/siteops/siteops/internal/shard"
+
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -107,6 +109,9 @@ func (d *Discovery) Invalidate() {
 
 // GitTargetReconciler runs a GitTarget's watches and writer through the engine.
 type GitTargetReconciler struct {
+	// Shard selects the targets this instance mirrors; one that leaves it is stopped here (its
+	// writer pushes what it took in, its cursors stay for the shard that takes it over).
+	Shard  shard.Selector
 	Client client.Client
 	// APIReader reads Secrets uncached, so the manager does not cache every Secret.
 	APIReader client.Reader
@@ -149,7 +154,7 @@ func (r *GitTargetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	const name = "mirror-gittarget"
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(name).
-		For(&mirrorv1alpha1.GitTarget{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		For(&mirrorv1alpha1.GitTarget{}, builder.WithPredicates(r.Shard.For(predicate.GenerationChangedPredicate{}))).
 		Watches(&mirrorv1alpha1.GitProvider{}, handler.EnqueueRequestsFromMapFunc(r.targetsOfProvider), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&mirrorv1alpha1.WatchRule{}, handler.EnqueueRequestsFromMapFunc(ruleTarget), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&mirrorv1alpha1.ClusterWatchRule{}, handler.EnqueueRequestsFromMapFunc(ruleTarget), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
@@ -206,7 +211,7 @@ func (r *GitTargetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		}
 		return ctrl.Result{}, err
 	}
-	if !target.DeletionTimestamp.IsZero() {
+	if !target.DeletionTimestamp.IsZero() || !r.Shard.Owns(&target) {
 		r.Engine.Remove(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/siteops/siteops/internal/shard"
+
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -26,6 +28,8 @@ import (
 // RuleReconciler records the status of WatchRules and ClusterWatchRules: what they resolve to,
 // what is excluded, and whether their target exists.
 type RuleReconciler struct {
+	// Shard selects the rules whose GitTarget is in this instance's shard.
+	Shard     shard.Selector
 	Client    client.Client
 	Discovery *Discovery
 	Recorder  events.EventRecorder
@@ -43,7 +47,37 @@ func (r *RuleReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).Named(name).
 		For(obj, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&mirrorv1alpha1.GitTarget{}, handler.EnqueueRequestsFromMapFunc(r.rulesOfTarget), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Complete(r)
+		Complete(r.sharded(mgr, obj))
+}
+
+// sharded leaves the rules of GitTargets in other shards to those shards.
+func (r *RuleReconciler) sharded(mgr ctrl.Manager, obj client.Object) reconcile.Reconciler {
+	if r.Shard.All() {
+		return r
+	}
+	return &shard.Reconciler{Reader: mgr.GetClient(), Selector: r.Shard, Inner: r, LabelsOf: TargetLabels(mgr.GetClient()),
+		New: func() client.Object { return obj.DeepCopyObject().(client.Object) }}
+}
+
+// TargetLabels returns the labels of the GitTarget a WatchRule, ClusterWatchRule or
+// CommitRequest names: they follow their target's shard. A missing target gives none (the main
+// instance reports it).
+func TargetLabels(c client.Reader) shard.LabelsFunc {
+	return func(ctx context.Context, o client.Object) (map[string]string, error) {
+		var key types.NamespacedName
+		if cr, ok := o.(*mirrorv1alpha1.CommitRequest); ok {
+			key = types.NamespacedName{Namespace: cr.Namespace, Name: cr.Spec.TargetRef.Name}
+		} else if reqs := ruleTarget(ctx, o); len(reqs) == 1 {
+			key = reqs[0].NamespacedName
+		} else {
+			return nil, nil
+		}
+		var target mirrorv1alpha1.GitTarget
+		if err := c.Get(ctx, key, &target); err != nil {
+			return nil, client.IgnoreNotFound(err)
+		}
+		return target.Labels, nil
+	}
 }
 
 // rulesOfTarget lists the rules naming target: its creation, deletion or a spec change (its
@@ -158,6 +192,8 @@ func (r *RuleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 // ProviderReconciler records whether a GitProvider's credentials and signing key load and its URL
 // is allowed.
 type ProviderReconciler struct {
+	// Shard selects the providers this instance checks, by their own labels.
+	Shard     shard.Selector
 	Client    client.Client
 	APIReader client.Reader
 	Recorder  events.EventRecorder
@@ -168,8 +204,8 @@ type ProviderReconciler struct {
 // SetupWithManager registers the controller.
 func (r *ProviderReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).Named("mirror-gitprovider").
-		For(&mirrorv1alpha1.GitProvider{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Complete(r)
+		For(&mirrorv1alpha1.GitProvider{}, builder.WithPredicates(r.Shard.For(predicate.GenerationChangedPredicate{}))).
+		Complete(shard.Wrap(r.Shard, mgr.GetClient(), func() client.Object { return &mirrorv1alpha1.GitProvider{} }, r))
 }
 
 // Reconcile checks the provider's credentials and records Ready.

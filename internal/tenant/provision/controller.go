@@ -6,6 +6,8 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/siteops/siteops/internal/shard"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -81,10 +83,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, secrets cache.Cache) err
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("tenant-namespace").
 		WithOptions(controller.Options{MaxConcurrentReconciles: Workers}).
-		For(&corev1.Namespace{}, builder.WithPredicates(namespaceChanged)).
+		For(&corev1.Namespace{}, builder.WithPredicates(r.Shard.For(namespaceChanged))).
 		Watches(&corev1.Namespace{}, sibling, builder.WithPredicates(siblingChanged)).
 		WatchesRawSource(source.Kind(secrets, &corev1.Secret{}, handler.TypedEventHandler[*corev1.Secret, reconcile.Request](secretToNamespace), isCredentials)).
-		Complete(r)
+		Complete(shard.Wrap(r.Shard, mgr.GetClient(), func() client.Object { return &corev1.Namespace{} }, r))
 }
 
 // TenantLister lists the managed tenants from Namespaces only: opted in, holding the finalizer
@@ -93,6 +95,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, secrets cache.Cache) err
 type TenantLister struct {
 	// Namespaces reads namespaces.
 	Namespaces client.Reader
+	// Shard selects the namespaces of this instance's shard.
+	Shard shard.Selector
 	// ReservedUsers are never listed (besides AlwaysReserved).
 	ReservedUsers []string
 	// ReservedKeyPrefixes: users whose key patterns cover one are never listed.
@@ -112,7 +116,7 @@ func (l *TenantLister) List(ctx context.Context) ([]resync.Tenant, error) {
 	}
 	byUser := map[string][]corev1.Namespace{}
 	for _, ns := range list.Items {
-		if !Wanted(&ns) || !slices.Contains(ns.Finalizers, Finalizer) {
+		if !Wanted(&ns) || !slices.Contains(ns.Finalizers, Finalizer) || !l.Shard.Owns(&ns) {
 			continue
 		}
 		user := Username(ns.Name)

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/siteops/siteops/internal/shard"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,6 +43,8 @@ type Recorder interface {
 
 // Reconciler provisions, rotates and removes one namespace's ACL user.
 type Reconciler struct {
+	// Shard selects the namespaces this instance provisions.
+	Shard shard.Selector
 	// Client reads namespaces (cached) and writes namespaces and Secrets.
 	Client client.Client
 	// Reader reads Namespaces and Secrets without a cache, so each decision starts from the
