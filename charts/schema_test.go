@@ -61,6 +61,10 @@ func valuesSchema() map[string]any {
 		"type":  "object",
 		"properties": map[string]any{
 			"replicaCount": map[string]any{"type": "integer", "minimum": 1},
+			// A shard's name becomes a label value and part of its Deployment's and Lease's names.
+			"shards": map[string]any{"type": "array", "uniqueItems": true, "items": map[string]any{
+				"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "maxLength": 30,
+			}},
 			"image": map[string]any{"type": "object", "properties": map[string]any{
 				"repository": map[string]any{"type": "string", "minLength": 1},
 				"tag":        map[string]any{"type": "string"},
@@ -143,6 +147,8 @@ func TestValuesSchemaRejects(t *testing.T) {
 		"password as a value": "flags: {redis-password: hunter2}",
 		"password as an arg":  "extraArgs: [--valkey-admin-password=hunter2]",
 		"unknown secret":      "secrets: {awsKey: {name: x}}",
+		"shard not a label":   "shards: [Shard_1]",
+		"shard twice":         "shards: [a, a]",
 	} {
 		t.Run(name, func(t *testing.T) {
 			install := newInstall("siteops", namespace)

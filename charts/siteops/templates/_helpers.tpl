@@ -31,6 +31,41 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: manager
 {{- end -}}
 
+{{/* Labels of every manager pod of the release, main instance and shards: the metrics Service
+selects on these. */}}
+{{- define "siteops.releaseSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "siteops.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* Labels of one instance's pods (dict "root" . "shard" name; "" is the main instance). A
+shard's pods are another component, so the main instance's Deployment, Services and
+PodDisruptionBudget never select them. */}}
+{{- define "siteops.instanceSelectorLabels" -}}
+{{- if .shard -}}
+{{ include "siteops.releaseSelectorLabels" .root }}
+app.kubernetes.io/component: manager-shard
+siteops.dev/shard: {{ .shard }}
+{{- else -}}
+{{ include "siteops.selectorLabels" .root }}
+{{- end -}}
+{{- end -}}
+
+{{/* One instance's flags (dict "root" . "shard" name): a shard reconciles the objects labelled
+with its name and elects its leader on its own Lease; beside shards, the main instance takes
+the objects without the label. */}}
+{{- define "siteops.instanceFlags" -}}
+{{- $flags := include "siteops.flags" .root | fromJson -}}
+{{- if .shard -}}
+{{- $_ := set $flags "watch-label-selector" (printf "sharding.siteops.dev/key=%s" .shard) -}}
+{{- $_ := set $flags "shard-name" .shard -}}
+{{- $_ := set $flags "leader-election-id" (printf "%s.%s" .shard (index $flags "leader-election-id")) -}}
+{{- else if and .root.Values.shards (not (index $flags "watch-label-selector")) -}}
+{{- $_ := set $flags "watch-label-selector" "!sharding.siteops.dev/key" -}}
+{{- end -}}
+{{- toJson $flags -}}
+{{- end -}}
+
 {{- define "siteops.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (printf "%s-manager" (include "siteops.fullname" .)) .Values.serviceAccount.name -}}
