@@ -251,3 +251,46 @@ func TestPushOnAReplicaThatIsNotTheLeader(t *testing.T) {
 		t.Fatalf("annotation %q, lastHandledReconcileAt %q", v, df.Status.LastHandledReconcileAt)
 	}
 }
+
+// A push reaching the leader of another shard (one that does not reconcile the Decofile) is
+// passed on through the reconcile-requested-at annotation, to the instance that does; the
+// shard's leader never queues it for a controller of its own.
+func TestPushOnTheLeaderOfAnotherShard(t *testing.T) {
+	e := start(t)
+	ns := e.c.Namespace(t, "pushshard", nil)
+	org, repo := "acme", "shard-"+ns
+	sha1 := e.gh.Push(org, repo, "main", map[string]string{".deco/blocks/a.json": `{"v":1}`})
+	e.create(t, longPolled(githubDecofile(ns, org, repo, "main", "")))
+	e.atCommit(t, ns, "site", sha1)
+
+	other, err := shard.Parse(shard.ForShard("other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Elected at once (no leader election), and no controller drains its trigger's queue.
+	leader, err := ctrl.NewManager(e.c.Config, ctrl.Options{
+		Scheme: e.c.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	trigger, err := controller.NewPushTrigger(context.Background(), leader, 0, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.StartManager(t, leader)
+	<-leader.Elected()
+
+	sha2 := e.gh.Push(org, repo, "main", map[string]string{".deco/blocks/a.json": `{"v":2}`})
+	testenv.Eventually(t, waitFor, func() error {
+		n, err := trigger.Trigger(context.Background(), []string{push.GitHubKey(org, repo, "main")})
+		if err != nil || n != 1 {
+			return errorf("%d Decofiles (%v)", n, err)
+		}
+		return nil
+	})
+	df := e.atCommit(t, ns, "site", sha2)
+	if v := df.Annotations[decov1.AnnotationReconcileRequestedAt]; v == "" || df.Status.LastHandledReconcileAt != v {
+		t.Fatalf("annotation %q, lastHandledReconcileAt %q", v, df.Status.LastHandledReconcileAt)
+	}
+}

@@ -19,6 +19,10 @@ import (
 	"testing"
 	"time"
 
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/siteops/siteops/internal/shard"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -60,12 +64,23 @@ func scaleFromEnv(name string, def int) int {
 // reports how many were Ready by then. Then it starts a second manager, as an upgrade or a
 // failover does, and reports the time until it has looked at every Decofile once (restart-s)
 // and the requests it sent for that.
-func BenchmarkColdStart(b *testing.B) {
+func BenchmarkColdStart(b *testing.B) { coldStart(b, 0) }
+
+// BenchmarkColdStartShards is BenchmarkColdStart with the Decofiles labelled for two shards
+// and two managers (one per shard, with its --watch-label-selector) started at once in this
+// process against the same API server; the requests and CPU reported are both managers'.
+func BenchmarkColdStartShards(b *testing.B) { coldStart(b, 2) }
+
+// coldStart runs the cold start with one manager, or with one per shard when shards > 0.
+func coldStart(b *testing.B, shards int) {
 	cfg, cl := scaleClient(b)
 	for i := 0; i < b.N; i++ {
 		prefix := fmt.Sprintf("scale%d", i)
+		if shards > 0 {
+			prefix = fmt.Sprintf("shards%d", i)
+		}
 		created := time.Now()
-		createScaleDecofiles(b, cl, prefix)
+		createScaleDecofiles(b, cl, prefix, shards)
 		b.Logf("created %d Decofiles of %d bytes in %d namespaces in %s", scaleDecofiles, scaleBytes, scaleNamespaces, time.Since(created).Round(time.Second))
 		runtime.GC()
 		debug.FreeOSMemory()
@@ -74,6 +89,7 @@ func BenchmarkColdStart(b *testing.B) {
 		o.Controllers = []string{manager.PartDecofile}
 		o.MetricsAddr, o.ProbeAddr, o.LeaderElect = "0", "0", false
 		o.Decofile.DisableInjection = true
+		o.SecondInProcess = shards > 0
 		if n := scaleFromEnv("SITEOPS_SCALE_CONCURRENCY", 0); n > 0 {
 			o.Decofile.Delivery.Concurrency = n // to measure --decofile-concurrency
 		}
@@ -82,9 +98,17 @@ func BenchmarkColdStart(b *testing.B) {
 		counted := rest.CopyConfig(cfg)
 		reqs := &requestCounter{counts: map[string]int{}}
 		counted.Wrap(reqs.wrap)
-		mgr, err := manager.New(counted, o)
-		if err != nil {
-			b.Fatal(err)
+		var mgrs []ctrl.Manager
+		for s := range max(shards, 1) {
+			so := o
+			if shards > 0 {
+				so.WatchLabelSelector, so.ShardName = shard.ForShard(fmt.Sprintf("s%d", s)), fmt.Sprintf("s%d", s)
+			}
+			mgr, err := manager.New(counted, so)
+			if err != nil {
+				b.Fatal(err)
+			}
+			mgrs = append(mgrs, mgr)
 		}
 		watchCtx, stopWatch := context.WithCancel(context.Background())
 		watch, err := watchReady(watchCtx, cfg, prefix)
@@ -94,7 +118,10 @@ func BenchmarkColdStart(b *testing.B) {
 		b.ResetTimer()
 		start := time.Now()
 		serverCPU, selfCPU, byName := childrenCPU(), processCPU("self"), childrenCPUByName()
-		stop := testenv.StartManager(b, mgr)
+		var stops []func()
+		for _, mgr := range mgrs {
+			stops = append(stops, testenv.StartManager(b, mgr))
+		}
 		stopProfiles := profileColdStart(b, cfg)
 		ready, firstReady := 0, time.Duration(0)
 		for ready < scaleDecofiles {
@@ -141,12 +168,16 @@ func BenchmarkColdStart(b *testing.B) {
 		total, byKind := reqs.snapshot()
 		b.ReportMetric(float64(total)/float64(scaleDecofiles), "requests/decofile")
 		b.Logf("API requests of the manager by verb and resource: %s", byKind)
-		stop()
+		for _, stop := range stops {
+			stop()
+		}
 
-		restart, restartReqs, restartByKind := restartManager(b, cfg, o)
-		b.ReportMetric(restart.Seconds(), "restart-s")
-		b.ReportMetric(float64(restartReqs)/float64(scaleDecofiles), "restart-requests/decofile")
-		b.Logf("API requests of the restarted manager by verb and resource: %s", restartByKind)
+		if shards == 0 {
+			restart, restartReqs, restartByKind := restartManager(b, cfg, o)
+			b.ReportMetric(restart.Seconds(), "restart-s")
+			b.ReportMetric(float64(restartReqs)/float64(scaleDecofiles), "restart-requests/decofile")
+			b.Logf("API requests of the restarted manager by verb and resource: %s", restartByKind)
+		}
 		b.StartTimer()
 	}
 }
@@ -246,7 +277,7 @@ func profileColdStart(b *testing.B, cfg *rest.Config) (stop func()) {
 }
 
 // createScaleDecofiles creates the namespaces and Decofiles of BenchmarkColdStart, 16 at a time.
-func createScaleDecofiles(b *testing.B, cl client.Client, prefix string) {
+func createScaleDecofiles(b *testing.B, cl client.Client, prefix string, shards int) {
 	b.Helper()
 	ctx := context.Background()
 	namespaces := make([]string, scaleNamespaces)
@@ -280,6 +311,9 @@ func createScaleDecofiles(b *testing.B, cl client.Client, prefix string) {
 				}
 				df := &decov1.Decofile{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("site-%d", d), Namespace: namespaces[d%scaleNamespaces]},
 					Spec: decov1.DecofileSpec{Source: decov1.SourceInline, Inline: inline(values)}}
+				if shards > 0 {
+					df.Labels = map[string]string{shard.Key: fmt.Sprintf("s%d", d%shards)}
+				}
 				if err := cl.Create(ctx, df); err != nil {
 					select {
 					case errs <- err:

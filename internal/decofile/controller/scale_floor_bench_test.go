@@ -33,14 +33,14 @@ func BenchmarkColdStartFloor(b *testing.B) {
 	}
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		createScaleDecofiles(b, cl, fmt.Sprintf("floor%d", i))
+		createScaleDecofiles(b, cl, fmt.Sprintf("floor%d", i), 0)
 		b.StartTimer()
 		took, cpu := writeEach(b, cl, sw, fmt.Sprintf("floor%d", i), true)
 		b.ReportMetric(took.Seconds(), "floor-s")
 		b.ReportMetric(float64(cpu.Milliseconds())/float64(scaleDecofiles), "floor-server-cpu-ms/decofile")
 
 		b.StopTimer()
-		createScaleDecofiles(b, cl, fmt.Sprintf("statusfloor%d", i))
+		createScaleDecofiles(b, cl, fmt.Sprintf("statusfloor%d", i), 0)
 		b.StartTimer()
 		took, cpu = writeEach(b, cl, sw, fmt.Sprintf("statusfloor%d", i), false)
 		b.ReportMetric(took.Seconds(), "status-floor-s")
