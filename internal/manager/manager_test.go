@@ -3,11 +3,15 @@ package manager_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -18,6 +22,7 @@ import (
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/manager"
 	"github.com/siteops/siteops/internal/servers"
+	"github.com/siteops/siteops/internal/shard"
 	"github.com/siteops/siteops/internal/testenv"
 )
 
@@ -184,4 +189,156 @@ func TestCacheTrimsDecofiles(t *testing.T) {
 	if len(cm.ManagedFields) != 0 {
 		t.Errorf("cached ConfigMap metadata holds %d managedFields entries", len(cm.ManagedFields))
 	}
+}
+
+// decofileWrites counts, per Decofile name, the write requests one manager sends for the
+// Decofiles of namespace ns.
+type decofileWrites struct {
+	ns     string
+	mu     sync.Mutex
+	byName map[string]int
+}
+
+func (w *decofileWrites) wrap(rt http.RoundTripper) http.RoundTripper {
+	return promhttp.RoundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		if r.Method != http.MethodGet {
+			if _, rest, ok := strings.Cut(r.URL.Path, "/namespaces/"+w.ns+"/decofiles/"); ok {
+				w.mu.Lock()
+				w.byName[strings.Split(rest, "/")[0]]++
+				w.mu.Unlock()
+			}
+		}
+		return rt.RoundTrip(r)
+	})
+}
+
+func (w *decofileWrites) names() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Sorted(maps.Keys(w.byName))
+}
+
+func (w *decofileWrites) of(name string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.byName[name]
+}
+
+// TestShardsReconcileOnlyTheirObjects runs the main instance and shards a and b at once against
+// one API server, each electing its leader on a Lease of its own. Every Decofile is delivered by
+// the instance its label selects, and that instance is the only one that writes it (write
+// requests counted per instance); every instance's cache still holds every Decofile, which the
+// injection webhook of any replica answers from. A Decofile moved from shard a to shard b is
+// delivered by b from then on, and a writes nothing more for it.
+func TestShardsReconcileOnlyTheirObjects(t *testing.T) {
+	c := testenv.APIServer(t)
+	ctx := context.Background()
+	ns := c.Namespace(t, "shards", nil)
+
+	instances := map[string]string{"main": shard.MainSelector, "a": shard.ForShard("a"), "b": shard.ForShard("b")}
+	writes := map[string]*decofileWrites{}
+	caches := map[string]client.Reader{}
+	for name, selector := range instances {
+		o := manager.DefaultOptions()
+		o.Controllers = []string{manager.PartDecofile}
+		o.MetricsAddr, o.ProbeAddr = "0", "0"
+		o.LeaderElectionNamespace, o.LeaderElectionID = "default", testenv.Name(t)+"-"+name
+		o.WatchLabelSelector, o.ShardName = selector, name
+		o.Decofile.DisableInjection = true
+		o.SecondInProcess = true
+		w := &decofileWrites{ns: ns, byName: map[string]int{}}
+		cfg := rest.CopyConfig(c.Config)
+		cfg.Wrap(w.wrap)
+		mgr, err := manager.New(cfg, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testenv.StartManager(t, mgr)
+		writes[name], caches[name] = w, mgr.GetCache()
+	}
+
+	want := map[string][]string{}
+	for _, owner := range []string{"main", "a", "b"} {
+		for i := range 2 {
+			name := fmt.Sprintf("%s-%d", owner, i)
+			df := &decov1.Decofile{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+				Spec: decov1.DecofileSpec{Source: decov1.SourceInline, Inline: inlineTitle(name)}}
+			if owner != "main" {
+				df.Labels = map[string]string{shard.Key: owner}
+			}
+			if err := c.Client.Create(ctx, df); err != nil {
+				t.Fatal(err)
+			}
+			want[owner] = append(want[owner], name)
+		}
+	}
+	for _, names := range want {
+		for _, name := range names {
+			waitContent(t, c.Client, ns, name, name)
+		}
+	}
+	for owner, names := range want {
+		if got := writes[owner].names(); !slices.Equal(got, names) {
+			t.Errorf("instance %s wrote Decofiles %v, want exactly %v", owner, got, names)
+		}
+		var list decov1.DecofileList
+		if err := caches[owner].List(ctx, &list, client.InNamespace(ns)); err != nil || len(list.Items) != 6 {
+			t.Errorf("instance %s caches %d Decofiles (%v), want all 6 for its webhook", owner, len(list.Items), err)
+		}
+	}
+
+	// Hand a-0 over to shard b, then change its content: b delivers it, a does not write it.
+	var moved decov1.Decofile
+	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "a-0"}, &moved); err != nil {
+		t.Fatal(err)
+	}
+	moved.Labels[shard.Key] = "b"
+	if err := c.Client.Update(ctx, &moved); err != nil {
+		t.Fatal(err)
+	}
+	byA := writes["a"].of("a-0")
+	testenv.Eventually(t, 30*time.Second, func() error {
+		var cached decov1.Decofile
+		if err := caches["b"].Get(ctx, client.ObjectKeyFromObject(&moved), &cached); err != nil {
+			return err
+		}
+		if cached.Labels[shard.Key] != "b" {
+			return fmt.Errorf("shard b's cache has not seen the move yet")
+		}
+		return nil
+	})
+	setTitle(t, c.Client, &moved, "delivered by b")
+	waitContent(t, c.Client, ns, "a-0", "delivered by b")
+	// The status follows the ConfigMap.
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if writes["b"].of("a-0") == 0 {
+			return fmt.Errorf("shard b has not written the status of a-0")
+		}
+		return nil
+	})
+	if n := writes["a"].of("a-0"); n != byA {
+		t.Errorf("shard a wrote the Decofile it handed over %d more times", n-byA)
+	}
+	if n := writes["main"].of("a-0"); n != 0 {
+		t.Errorf("the main instance wrote a shard's Decofile %d times", n)
+	}
+}
+
+// waitContent waits until the Decofile's ConfigMap holds title and its status says so.
+func waitContent(t *testing.T, c client.Client, ns, name, title string) {
+	t.Helper()
+	testenv.Eventually(t, 60*time.Second, func() error {
+		var df decov1.Decofile
+		if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &df); err != nil {
+			return err
+		}
+		var cm corev1.ConfigMap
+		if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: df.ConfigMapName()}, &cm); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if !strings.Contains(cm.Data[decov1.KeyJSON], title) || !df.Status.ContentStored() {
+			return fmt.Errorf("%s: ConfigMap holds %.60s, stored=%v", name, cm.Data[decov1.KeyJSON], df.Status.ContentStored())
+		}
+		return nil
+	})
 }

@@ -51,6 +51,18 @@ func LookBinary(name string) (string, error) {
 	return "", fmt.Errorf("%s not found in %s or on PATH: run `make test-tools` (builds it) or install it", name, AssetsDir())
 }
 
+// loopbackOr fills an unset host with 127.0.0.1 and an unset port with one free on that host.
+func loopbackOr(host string, port int) (string, int, error) {
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	if port != 0 {
+		return host, port, nil
+	}
+	port, err := FreePort(host)
+	return host, port, err
+}
+
 // FreePort returns a TCP port on host that was free a moment ago.
 func FreePort(host string) (int, error) {
 	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))

@@ -35,13 +35,8 @@ func StartRedis(ctx context.Context, o RedisOptions) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.Host == "" {
-		o.Host = "127.0.0.1"
-	}
-	if o.Port == 0 {
-		if o.Port, err = FreePort(o.Host); err != nil {
-			return nil, err
-		}
+	if o.Host, o.Port, err = loopbackOr(o.Host, o.Port); err != nil {
+		return nil, err
 	}
 	// redis-server resolves its dir from its own working folder, which is o.Dir itself.
 	if o.Dir, err = filepath.Abs(o.Dir); err != nil {

@@ -43,13 +43,8 @@ func StartS3(ctx context.Context, o S3Options) (*S3Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.Host == "" {
-		o.Host = "127.0.0.1"
-	}
-	if o.Port == 0 {
-		if o.Port, err = FreePort(o.Host); err != nil {
-			return nil, err
-		}
+	if o.Host, o.Port, err = loopbackOr(o.Host, o.Port); err != nil {
+		return nil, err
 	}
 	if o.AccessKey == "" {
 		o.AccessKey, o.SecretKey = "siteopsaccess", "siteopssecretkey"

@@ -238,18 +238,7 @@ func TestPushOnAReplicaThatIsNotTheLeader(t *testing.T) {
 	default:
 	}
 
-	sha2 := e.gh.Push(org, repo, "main", map[string]string{".deco/blocks/a.json": `{"v":2}`})
-	testenv.Eventually(t, waitFor, func() error {
-		n, err := trigger.Trigger(context.Background(), []string{push.GitHubKey(org, repo, "main")})
-		if err != nil || n != 1 {
-			return errorf("%d Decofiles (%v)", n, err)
-		}
-		return nil
-	})
-	df := e.atCommit(t, ns, "site", sha2)
-	if v := df.Annotations[decov1.AnnotationReconcileRequestedAt]; v == "" || df.Status.LastHandledReconcileAt != v {
-		t.Fatalf("annotation %q, lastHandledReconcileAt %q", v, df.Status.LastHandledReconcileAt)
-	}
+	e.passedOn(t, trigger, ns, org, repo)
 }
 
 // A push reaching the leader of another shard (one that does not reconcile the Decofile) is
@@ -281,6 +270,14 @@ func TestPushOnTheLeaderOfAnotherShard(t *testing.T) {
 	testenv.StartManager(t, leader)
 	<-leader.Elected()
 
+	e.passedOn(t, trigger, ns, org, repo)
+}
+
+// passedOn pushes a new commit to org/repo, has trigger (of an instance that does not reconcile
+// the Decofile "site" of ns) take the push event, and waits until the instance that does has
+// delivered the commit, asked through the reconcile-requested-at annotation.
+func (e *env) passedOn(t *testing.T, trigger *controller.PushTrigger, ns, org, repo string) {
+	t.Helper()
 	sha2 := e.gh.Push(org, repo, "main", map[string]string{".deco/blocks/a.json": `{"v":2}`})
 	testenv.Eventually(t, waitFor, func() error {
 		n, err := trigger.Trigger(context.Background(), []string{push.GitHubKey(org, repo, "main")})

@@ -1,14 +1,12 @@
 package inject_test
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
 	"strconv"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -18,8 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/siteops/siteops/internal/decofile/controller"
 	"github.com/siteops/siteops/internal/decofile/inject"
@@ -83,36 +79,12 @@ func cluster(t testing.TB) *testenv.Cluster {
 }
 
 func startWebhookServer(c *testenv.Cluster) error {
-	wio := c.Env.WebhookInstallOptions
 	// The cache as the manager command configures it: Decofiles without their inline content.
 	co := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
 	controller.CacheOptions(&co)
-	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
-		Scheme:                 c.Scheme,
-		Cache:                  co,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		WebhookServer: webhook.NewServer(webhook.Options{
-			Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir,
-		}),
+	return testenv.ServeWebhooks(c, ctrl.Options{Cache: co}, func(mgr ctrl.Manager) error {
+		return inject.Setup(mgr, inject.Options{S3: testS3})
 	})
-	if err != nil {
-		return err
-	}
-	if err := inject.Setup(mgr, inject.Options{S3: testS3}); err != nil {
-		return err
-	}
-	// The manager lives as long as the test binary; the API server stops first at exit.
-	go func() { _ = mgr.Start(context.Background()) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if err := mgr.GetWebhookServer().StartedChecker()(nil); err == nil {
-			return nil
-		} else if time.Now().After(deadline) {
-			return fmt.Errorf("webhook server not serving after 30s: %w", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // warningClient is a client that records the admission warnings the API server returns.

@@ -37,7 +37,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/decofile"
@@ -134,27 +133,9 @@ func sharedDir() string {
 
 // startWebhookServer serves the injection webhook with the webhook view of cfg.
 func startWebhookServer(c *testenv.Cluster, cfg s3target.Config) error {
-	wio := c.Env.WebhookInstallOptions
-	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
-		Scheme: c.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		WebhookServer: webhook.NewServer(webhook.Options{Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir}),
+	return testenv.ServeWebhooks(c, ctrl.Options{}, func(mgr ctrl.Manager) error {
+		return inject.Setup(mgr, inject.Options{S3: cfg.Webhook(cfg.Region)})
 	})
-	if err != nil {
-		return err
-	}
-	if err := inject.Setup(mgr, inject.Options{S3: cfg.Webhook(cfg.Region)}); err != nil {
-		return err
-	}
-	go func() { _ = mgr.Start(context.Background()) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if err := mgr.GetWebhookServer().StartedChecker()(nil); err == nil {
-			return nil
-		} else if time.Now().After(deadline) {
-			return fmt.Errorf("webhook server not serving after 30s: %w", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // setCredentials puts the S3 keys where the standard AWS chain finds them (and keeps the
