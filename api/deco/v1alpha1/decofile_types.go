@@ -532,6 +532,7 @@ type RolloutRecord struct {
 // +kubebuilder:printcolumn:name="Notified",type=string,priority=1,JSONPath=`.status.conditions[?(@.type=="PodsNotified")].status`
 // +kubebuilder:printcolumn:name="Step",type=integer,priority=1,JSONPath=`.status.rollout.step`
 // +kubebuilder:printcolumn:name="Rollout",type=string,priority=1,JSONPath=`.status.rollout.phase`
+// +kubebuilder:printcolumn:name="Shard",type=string,priority=1,JSONPath=`.metadata.labels.sharding\.siteops\.dev/key`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Decofile struct {
 	metav1.TypeMeta   `json:",inline"`
