@@ -18,8 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/siteops/siteops/internal/testenv"
-
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -32,6 +30,7 @@ import (
 	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/devenv"
 	"github.com/siteops/siteops/internal/scheme"
+	"github.com/siteops/siteops/internal/testenv"
 )
 
 // tableComponents are the rows `dev up` must print, each with an address.

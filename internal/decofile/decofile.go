@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/siteops/siteops/internal/shard"
-
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,6 +27,7 @@ import (
 	"github.com/siteops/siteops/internal/decofile/source"
 	"github.com/siteops/siteops/internal/decofile/sources/fluxsource"
 	"github.com/siteops/siteops/internal/egress"
+	"github.com/siteops/siteops/internal/shard"
 )
 
 // Options configures the Decofile part.

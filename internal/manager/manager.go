@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/siteops/siteops/internal/shard"
-
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -33,6 +31,7 @@ import (
 	"github.com/siteops/siteops/internal/mirror/ruleaccess"
 	"github.com/siteops/siteops/internal/mirror/store"
 	"github.com/siteops/siteops/internal/scheme"
+	"github.com/siteops/siteops/internal/shard"
 	"github.com/siteops/siteops/internal/tenant"
 	"github.com/siteops/siteops/internal/webhookcert"
 )

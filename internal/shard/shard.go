@@ -14,6 +14,7 @@ package shard
 import (
 	"context"
 	"fmt"
+	"reflect"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
@@ -108,10 +109,15 @@ type Reconciler struct {
 
 // Wrap returns inner unchanged without sharding, or a Reconciler around it.
 func Wrap(sel Selector, reader client.Reader, newObj func() client.Object, inner reconcile.Reconciler) reconcile.Reconciler {
+	return WrapFollowing(sel, reader, newObj, nil, inner)
+}
+
+// WrapFollowing is Wrap for a kind placed by the labels labelsOf returns.
+func WrapFollowing(sel Selector, reader client.Reader, newObj func() client.Object, labelsOf LabelsFunc, inner reconcile.Reconciler) reconcile.Reconciler {
 	if sel.All() {
 		return inner
 	}
-	return &Reconciler{Reader: reader, Selector: sel, New: newObj, Inner: inner}
+	return &Reconciler{Reader: reader, Selector: sel, New: newObj, LabelsOf: labelsOf, Inner: inner}
 }
 
 // Reconcile skips the request when the object belongs to another shard.
@@ -131,7 +137,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 	if !r.Selector.Matches(l) {
-		skipped.WithLabelValues(fmt.Sprintf("%T", obj)).Inc()
+		skipped.WithLabelValues(reflect.TypeOf(obj).Elem().Name()).Inc()
 		return reconcile.Result{}, nil
 	}
 	return r.Inner.Reconcile(ctx, req)

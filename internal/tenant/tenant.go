@@ -15,12 +15,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/siteops/siteops/internal/shard"
-
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/siteops/siteops/internal/mirror/store"
+	"github.com/siteops/siteops/internal/shard"
 	"github.com/siteops/siteops/internal/tenant/acl"
 	"github.com/siteops/siteops/internal/tenant/doctor"
 	"github.com/siteops/siteops/internal/tenant/failover"

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/siteops/siteops/internal/testenv"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +16,7 @@ import (
 
 	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/cli"
+	"github.com/siteops/siteops/internal/testenv"
 	"github.com/siteops/siteops/pkg/siteruntime"
 	"github.com/siteops/siteops/test/internal/nodeenv"
 )

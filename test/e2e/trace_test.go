@@ -8,13 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/siteops/siteops/internal/testenv"
-
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/cli"
+	"github.com/siteops/siteops/internal/testenv"
 	"github.com/siteops/siteops/test/internal/nodeenv"
 )
 

@@ -31,8 +31,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/siteops/siteops/internal/shard"
-
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -52,6 +50,7 @@ import (
 	"github.com/siteops/siteops/internal/decofile/lastwrite"
 	"github.com/siteops/siteops/internal/decofile/source"
 	"github.com/siteops/siteops/internal/decofile/sources"
+	"github.com/siteops/siteops/internal/shard"
 	"github.com/siteops/siteops/internal/workload"
 )
 

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/siteops/siteops/internal/shard"
-
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -23,6 +21,7 @@ import (
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/decofile/controller"
 	"github.com/siteops/siteops/internal/decofile/push"
+	"github.com/siteops/siteops/internal/shard"
 	"github.com/siteops/siteops/internal/testenv"
 )
 

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/siteops/siteops/internal/shard"
-
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -16,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/internal/shard"
 )
 
 // IndexSourceRef indexes Decofiles by what they follow (each source kind's Keys: a repository

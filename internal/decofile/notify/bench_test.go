@@ -14,13 +14,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/siteops/siteops/internal/testenv/peakmem"
-
 	"github.com/andybalholm/brotli"
 
 	"github.com/siteops/siteops/internal/decofile/encode"
 	"github.com/siteops/siteops/internal/decofile/encode/sample"
 	"github.com/siteops/siteops/internal/decofile/notify"
+	"github.com/siteops/siteops/internal/testenv/peakmem"
 	"github.com/siteops/siteops/internal/testenv/simpods"
 )
 

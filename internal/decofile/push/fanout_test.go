@@ -19,8 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/siteops/siteops/internal/shard"
-
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,6 +37,7 @@ import (
 	"github.com/siteops/siteops/internal/decofile/source"
 	"github.com/siteops/siteops/internal/egress"
 	"github.com/siteops/siteops/internal/servers"
+	"github.com/siteops/siteops/internal/shard"
 	"github.com/siteops/siteops/internal/testenv"
 )
 

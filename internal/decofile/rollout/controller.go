@@ -13,8 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/siteops/siteops/internal/shard"
-
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -36,6 +34,7 @@ import (
 	decofilecontroller "github.com/siteops/siteops/internal/decofile/controller"
 	"github.com/siteops/siteops/internal/decofile/lastwrite"
 	"github.com/siteops/siteops/internal/decofile/notify"
+	"github.com/siteops/siteops/internal/shard"
 )
 
 // Defaults of Options.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/siteops/siteops/internal/shard"
-
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
@@ -18,6 +16,7 @@ import (
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/decofile/controller"
+	"github.com/siteops/siteops/internal/shard"
 )
 
 // Finalizer on an s3-target Decofile (with --s3-delete-on-finalize) holds its deletion until

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/siteops/siteops/internal/shard"
-
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,13 +17,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
 	"github.com/siteops/siteops/internal/mirror/attribution"
 	"github.com/siteops/siteops/internal/mirror/fairness"
 	"github.com/siteops/siteops/internal/mirror/gitwriter"
 	"github.com/siteops/siteops/internal/mirror/store"
+	"github.com/siteops/siteops/internal/shard"
 )
 
 // ErrTargetNotRunning says the GitTarget is unknown to the mirror or not running (yet).
@@ -93,16 +91,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named(name).
 		For(&mirrorv1alpha1.CommitRequest{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: Workers}).
-		Complete(r.sharded(mgr, &fairness.Limit{Inner: r, Controller: name, PerNamespace: PerNamespace}))
-}
-
-// sharded leaves the requests of GitTargets in other shards to those shards.
-func (r *Reconciler) sharded(mgr ctrl.Manager, inner reconcile.Reconciler) reconcile.Reconciler {
-	if r.Shard.All() {
-		return inner
-	}
-	return &shard.Reconciler{Reader: mgr.GetClient(), Selector: r.Shard, Inner: inner, LabelsOf: r.TargetLabels,
-		New: func() client.Object { return &mirrorv1alpha1.CommitRequest{} }}
+		// The requests of GitTargets in other shards are those shards' to process.
+		Complete(shard.WrapFollowing(r.Shard, mgr.GetClient(), func() client.Object { return &mirrorv1alpha1.CommitRequest{} }, r.TargetLabels,
+			&fairness.Limit{Inner: r, Controller: name, PerNamespace: PerNamespace}))
 }
 
 // attempted reports whether an earlier reconcile got as far as committing (or failing to): its

@@ -5,13 +5,12 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/siteops/siteops/internal/shard"
-
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/siteops/siteops/internal/mirror/attribution"
 	"github.com/siteops/siteops/internal/mirror/clientauth"
+	"github.com/siteops/siteops/internal/shard"
 )
 
 // Options configures the CommitRequest webhook and controller.

@@ -15,8 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/siteops/siteops/internal/shard"
-
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -44,6 +42,7 @@ import (
 	"github.com/siteops/siteops/internal/mirror/gitwriter"
 	"github.com/siteops/siteops/internal/mirror/resolve"
 	"github.com/siteops/siteops/internal/mirror/secretcrypt"
+	"github.com/siteops/siteops/internal/shard"
 )
 
 // DefaultCommitWindow applies when a GitTarget sets none.

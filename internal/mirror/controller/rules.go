@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/siteops/siteops/internal/shard"
-
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -23,6 +21,7 @@ import (
 
 	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
 	"github.com/siteops/siteops/internal/egress"
+	"github.com/siteops/siteops/internal/shard"
 )
 
 // RuleReconciler records the status of WatchRules and ClusterWatchRules: what they resolve to,
@@ -47,16 +46,8 @@ func (r *RuleReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).Named(name).
 		For(obj, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&mirrorv1alpha1.GitTarget{}, handler.EnqueueRequestsFromMapFunc(r.rulesOfTarget), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Complete(r.sharded(mgr, obj))
-}
-
-// sharded leaves the rules of GitTargets in other shards to those shards.
-func (r *RuleReconciler) sharded(mgr ctrl.Manager, obj client.Object) reconcile.Reconciler {
-	if r.Shard.All() {
-		return r
-	}
-	return &shard.Reconciler{Reader: mgr.GetClient(), Selector: r.Shard, Inner: r, LabelsOf: TargetLabels(mgr.GetClient()),
-		New: func() client.Object { return obj.DeepCopyObject().(client.Object) }}
+		// The rules of GitTargets in other shards are those shards' to check.
+		Complete(shard.WrapFollowing(r.Shard, mgr.GetClient(), func() client.Object { return obj.DeepCopyObject().(client.Object) }, TargetLabels(mgr.GetClient()), r))
 }
 
 // TargetLabels returns the labels of the GitTarget a WatchRule, ClusterWatchRule or

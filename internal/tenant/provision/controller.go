@@ -6,8 +6,6 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/siteops/siteops/internal/shard"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -22,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/internal/shard"
 	"github.com/siteops/siteops/internal/tenant/metrics"
 	"github.com/siteops/siteops/internal/tenant/resync"
 )

@@ -10,8 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/siteops/siteops/internal/shard"
-
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +20,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	"github.com/siteops/siteops/internal/shard"
 	"github.com/siteops/siteops/internal/tenant/acl"
 	"github.com/siteops/siteops/internal/tenant/metrics"
 	"github.com/siteops/siteops/internal/tenant/resync"

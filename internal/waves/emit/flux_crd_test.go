@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/siteops/siteops/internal/waves/wavestest"
-
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -19,6 +17,7 @@ import (
 	"github.com/siteops/siteops/internal/waves/emit"
 	"github.com/siteops/siteops/internal/waves/plan"
 	"github.com/siteops/siteops/internal/waves/repo"
+	"github.com/siteops/siteops/internal/waves/wavestest"
 )
 
 func TestMain(m *testing.M) { wavestest.Main(m) }
