@@ -114,6 +114,17 @@ func Up(ctx context.Context, o Options) (err error) {
 	}
 }
 
+// ManagerStopped reports whether the manager has stopped, and with which error, without waiting.
+func (e *Env) ManagerStopped() (stopped bool, err error) {
+	select {
+	case err := <-e.mgrDone:
+		e.mgrDone <- err
+		return true, err
+	default:
+		return false, nil
+	}
+}
+
 // Start brings up the API server, the node (when asked), the servers and the manager, and
 // returns once the manager's caches synced. The caller must call Stop.
 func Start(ctx context.Context, o Options) (_ *Env, err error) {

@@ -53,5 +53,11 @@ func devEnv(t *testing.T) *devenv.Env {
 	if sharedErr != nil {
 		t.Fatalf("start dev environment: %v", sharedErr)
 	}
+	// The manager logs nowhere in tests: say so when it stopped under a failing test.
+	t.Cleanup(func() {
+		if stopped, err := shared.ManagerStopped(); t.Failed() && stopped {
+			t.Logf("the dev environment's manager has stopped: %v", err)
+		}
+	})
 	return shared
 }

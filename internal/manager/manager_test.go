@@ -2,7 +2,6 @@ package manager_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
@@ -324,42 +323,18 @@ func TestShardsReconcileOnlyTheirObjects(t *testing.T) {
 		t.Errorf("the main instance wrote a shard's Decofile %d times", n)
 	}
 	// `kubectl get decofiles -o wide` shows each one's shard.
-	if got := shardColumn(t, c.Config, ns); got["a-0"] != "b" || got["b-1"] != "b" || got["main-0"] != "" || len(got) != 6 {
+	if got := shardColumn(t, c, ns); got["a-0"] != "b" || got["b-1"] != "b" || got["main-0"] != "" || len(got) != 6 {
 		t.Errorf("the Shard column reads %v", got)
 	}
 }
 
-// shardColumn reads the Decofiles of ns as the API server's table (what `kubectl get -o wide`
-// prints) and returns each one's Shard cell.
-func shardColumn(t *testing.T, cfg *rest.Config, ns string) map[string]string {
+// shardColumn reads the Decofiles of ns as `kubectl get -o wide` prints them and returns each
+// one's Shard cell.
+func shardColumn(t *testing.T, c *testenv.Cluster, ns string) map[string]string {
 	t.Helper()
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, err := http.NewRequest(http.MethodGet, strings.TrimSuffix(cfg.Host, "/")+"/apis/deco.sites/v1alpha1/namespaces/"+ns+"/decofiles", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var table metav1.Table
-	if err := json.NewDecoder(resp.Body).Decode(&table); err != nil {
-		t.Fatal(err)
-	}
-	col := slices.IndexFunc(table.ColumnDefinitions, func(c metav1.TableColumnDefinition) bool { return c.Name == "Shard" })
-	if col < 0 {
-		t.Fatalf("no Shard column in %v", table.ColumnDefinitions)
-	}
 	out := map[string]string{}
-	for _, row := range table.Rows {
-		name, _ := row.Cells[0].(string)
-		cell, _ := row.Cells[col].(string)
-		out[name] = cell
+	for _, row := range c.TableRows(t, "/apis/deco.sites/v1alpha1/namespaces/"+ns+"/decofiles") {
+		out[row["Name"]] = row["Shard"]
 	}
 	return out
 }

@@ -2,9 +2,6 @@ package controller_test
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -16,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -109,31 +105,11 @@ func TestPrinterColumns(t *testing.T) {
 		return e.c.Client.Status().Patch(context.Background(), cur, client.MergeFromWithOptions(old, client.MergeFromWithOptimisticLock{}))
 	})
 
-	hc, err := rest.HTTPClientFor(e.c.Config)
-	if err != nil {
-		t.Fatal(err)
+	rows := e.c.TableRows(t, "/apis/deco.sites/v1alpha1/namespaces/"+ns+"/decofiles/site")
+	if len(rows) != 1 {
+		t.Fatalf("%d rows", len(rows))
 	}
-	req, err := http.NewRequest(http.MethodGet, strings.TrimSuffix(e.c.Config.Host, "/")+"/apis/deco.sites/v1alpha1/namespaces/"+ns+"/decofiles/site", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var table metav1.Table
-	if err := json.NewDecoder(resp.Body).Decode(&table); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("Table: %d %v", resp.StatusCode, err)
-	}
-	if len(table.Rows) != 1 {
-		t.Fatalf("%d rows", len(table.Rows))
-	}
-	cells := map[string]string{}
-	for i, c := range table.ColumnDefinitions {
-		cells[c.Name] = fmt.Sprint(table.Rows[0].Cells[i])
-	}
+	cells := rows[0]
 	want := map[string]string{
 		"Name": "site", "Source": "github", "Target": "configmap", "Commit": sha[:7], "Format": "json",
 		"Size": strconv.FormatInt(df.Status.StoredBytes, 10), "Ready": "True", "Notified": "False",
