@@ -85,15 +85,7 @@ func TestManagerServesProbesAndMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager stopped with %v", err)
-		}
-	}()
+	testenv.StartManager(t, mgr)
 	select {
 	case <-mgr.Elected():
 	case <-time.After(30 * time.Second):

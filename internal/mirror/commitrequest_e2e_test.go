@@ -46,15 +46,7 @@ func TestCommitRequestCommitsAsSubmitter(t *testing.T) {
 	eng := runWebhookManager(t, c, mirror.Options{RedisAddr: redis.Addr, RedisKeyPrefix: "cmd", CommitRequestWebhook: true,
 		CommitRequestWebhookClientCA: certs.CAFile, CommitRequestWebhookClientNames: []string{"kube-apiserver"}})
 
-	f.target(t, "site", "site", time.Hour, "")
-	f.watchRule(t, "cms", "site", cmRule())
-	target := types.NamespacedName{Namespace: f.ns, Name: "site"}
-	testenv.Eventually(t, 30*time.Second, func() error {
-		if st, ok := eng.Status(target); !ok || st.Streams == 0 {
-			return fmt.Errorf("target not running: %+v", st)
-		}
-		return nil
-	})
+	target := hourWindowSite(t, f, eng)
 	f.create(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: f.ns}, Data: map[string]string{"color": "blue"}})
 	testenv.Eventually(t, 30*time.Second, func() error {
 		if st, _ := eng.Status(target); st.Writer.Pending == 0 {
@@ -130,15 +122,7 @@ func TestCommitRequestWithoutWebhook(t *testing.T) {
 // the writer holds it, and has user close the window with a CommitRequest.
 func closeWithRequest(t *testing.T, f *fixture, eng *engine.Engine, user client.Client, message string) *mirrorv1alpha1.CommitRequest {
 	t.Helper()
-	f.target(t, "site", "site", time.Hour, "")
-	f.watchRule(t, "cms", "site", cmRule())
-	target := types.NamespacedName{Namespace: f.ns, Name: "site"}
-	testenv.Eventually(t, 30*time.Second, func() error {
-		if st, ok := eng.Status(target); !ok || st.Streams == 0 {
-			return fmt.Errorf("target not running: %+v", st)
-		}
-		return nil
-	})
+	target := hourWindowSite(t, f, eng)
 	before := f.commits()
 	f.create(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: f.ns}, Data: map[string]string{"color": "blue"}})
 	testenv.Eventually(t, 30*time.Second, func() error {
@@ -200,15 +184,7 @@ func TestCommitRequestAfterAttributedChange(t *testing.T) {
 		CommitRequestWebhookClientCA: hookCerts.CAFile, CommitRequestWebhookClientNames: []string{"kube-apiserver"},
 		Attribution: rcv.options(4 * time.Second)})
 
-	f.target(t, "site", "site", time.Hour, "")
-	f.watchRule(t, "cms", "site", cmRule())
-	target := types.NamespacedName{Namespace: f.ns, Name: "site"}
-	testenv.Eventually(t, 30*time.Second, func() error {
-		if st, ok := eng.Status(target); !ok || st.Streams == 0 {
-			return fmt.Errorf("target not running: %+v", st)
-		}
-		return nil
-	})
+	hourWindowSite(t, f, eng)
 	ctx := context.Background()
 	dave := c.UserClient(t, "dave", "system:masters")
 	if err := dave.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: f.ns}, Data: map[string]string{"color": "red"}}); err != nil {
@@ -226,4 +202,20 @@ func TestCommitRequestAfterAttributedChange(t *testing.T) {
 	if files := f.git(t, "show", "--format=", "--name-only", "main"); files != "site/"+f.ns+"/core/configmaps/app.yaml" {
 		t.Fatalf("commit files = %q", files)
 	}
+}
+
+// hourWindowSite makes GitTarget "site" with an hour-long commit window and a rule mirroring
+// ConfigMaps into it, and waits until its streams run.
+func hourWindowSite(t *testing.T, f *fixture, eng *engine.Engine) types.NamespacedName {
+	t.Helper()
+	f.target(t, "site", "site", time.Hour, "")
+	f.watchRule(t, "cms", "site", cmRule())
+	target := types.NamespacedName{Namespace: f.ns, Name: "site"}
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if st, ok := eng.Status(target); !ok || st.Streams == 0 {
+			return fmt.Errorf("target not running: %+v", st)
+		}
+		return nil
+	})
+	return target
 }
