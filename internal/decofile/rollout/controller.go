@@ -182,7 +182,17 @@ func setup(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 		For(&decov1alpha1.Decofile{}, builder.WithPredicates(o.Shard.For(changePredicate()))).
 		WatchesRawSource(source.Channel(r.runners.requeue, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: o.MaxConcurrentRollouts}).
-		Complete(shard.Wrap(o.Shard, mgr.GetClient(), func() client.Object { return &decov1alpha1.Decofile{} }, r))
+		Complete(r)
+}
+
+// letGo stops what runs and forgets what is kept for a Decofile this controller no longer rolls
+// out: deleted, or moved to another shard.
+func (r *Reconciler) letGo(key client.ObjectKey) {
+	r.stopRunner(key.String())
+	r.forget(key.String())
+	r.pendingRollbacks.Delete(key.String())
+	r.written.Forget(key)
+	r.confirmed.forget(key)
 }
 
 // changePredicate lets through what can start, retry or stop a rollout: a spec change (silent),
@@ -220,14 +230,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	var df decov1alpha1.Decofile
 	if err := r.client.Get(ctx, req.NamespacedName, &df); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.stopRunner(key)
-			r.forget(key)
-			r.pendingRollbacks.Delete(key)
-			r.written.Forget(req.NamespacedName)
-			r.confirmed.forget(req.NamespacedName)
+			r.letGo(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
+	}
+	if !r.opts.Shard.Owns(&df) {
+		// Another shard's, or it moved there: a rollout running here stops, and the shard
+		// that has it now decides from the status.
+		r.letGo(req.NamespacedName)
+		return ctrl.Result{}, nil
 	}
 	r.written.Pending(req.NamespacedName, df.ResourceVersion) // forgets the last write once the cache has it
 	if df.DeletionTimestamp != nil || !df.TargetOrDefault().Supported() {

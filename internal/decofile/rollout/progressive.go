@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -192,24 +191,11 @@ func countNotifications(p notify.Progress) {
 
 // recordStep writes the step and phase of a progressive rollout, with the counts so far.
 func (r *Reconciler) recordStep(ctx context.Context, run *stepRun, step, steps, updated int32, phase string) {
-	err := r.patchStatus(ctx, run.key, func(d *decov1alpha1.Decofile) bool {
-		ro := d.Status.Rollout
-		if ro == nil || ro.ID != run.id || ro.FinishedAt != nil {
-			return false
-		}
-		next := *ro
+	r.updateRunning(ctx, run.key, run.id, "step", func(next *decov1alpha1.RolloutStatus) {
 		next.Step, next.Steps, next.Updated, next.Phase = step, steps, updated, phase
-		next.Total, next.Notified, next.Failed, next.Skipped = int32(run.acc.Total), int32(run.acc.Notified), int32(run.acc.Failed), int32(run.acc.Skipped)
+		setCounts(next, run.acc)
 		next.Confirmed = run.led.counts()
-		if equality.Semantic.DeepEqual(next, *ro) {
-			return false
-		}
-		d.Status.Rollout = &next
-		return true
 	})
-	if err != nil {
-		logf.FromContext(ctx).Info("could not record the rollout step", "error", err.Error())
-	}
 }
 
 // succeedSteps records a progressive rollout every step of which passed, and keeps its content

@@ -40,6 +40,7 @@ import (
 	"github.com/siteops/siteops/internal/decofile/notify"
 	"github.com/siteops/siteops/internal/decofile/rollout"
 	"github.com/siteops/siteops/internal/servers"
+	"github.com/siteops/siteops/internal/shard"
 	"github.com/siteops/siteops/internal/testenv"
 	"github.com/siteops/siteops/pkg/siteruntime"
 )
@@ -794,5 +795,61 @@ func TestNewerChangeSupersedesRollout(t *testing.T) {
 	}
 	if slow.rt.Current().Hash != encode.Hash(newer) || got.Status.NotifiedHash != encode.Hash(newer) {
 		t.Fatalf("slow pod serves %s; notifiedHash %s", slow.rt.Current().Decofile, got.Status.NotifiedHash)
+	}
+}
+
+// TestRolloutStopsWhenItsDecofileMovesShard: a rollout waits on a hanging pod when its Decofile
+// is moved to another shard. The shard it left stops that rollout (the pod's request is
+// cancelled at once, not at the pod timeout) and writes nothing more: the shard it joined
+// decides from the status.
+func TestRolloutStopsWhenItsDecofileMovesShard(t *testing.T) {
+	a, err := shard.Parse(shard.ForShard("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, rollout.Options{Shard: a, Notify: notify.Config{Timeout: 5 * time.Minute, PodTimeout: 5 * time.Minute}, RetryBase: time.Minute})
+	df := e.decofile("moving", false)
+	cur := e.get(df)
+	cur.Labels = map[string]string{shard.Key: "a"}
+	if err := e.c.Client.Update(context.Background(), cur); err != nil {
+		t.Fatal(err)
+	}
+	reached, cancelled := make(chan struct{}, 1), make(chan struct{}, 1)
+	e.sitePod("moving-a", podOpts{labels: labelled(df), wrap: func(http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// Read to the end: only then does the server see the connection close.
+			_, _ = io.Copy(io.Discard, r.Body)
+			select {
+			case reached <- struct{}{}:
+			default:
+			}
+			<-r.Context().Done()
+			select {
+			case cancelled <- struct{}{}:
+			default:
+			}
+		})
+	}})
+	e.store(df, []byte(`{"a":1}`), "7777777777777777777777777777777777777777", 1731600600, false)
+	select {
+	case <-reached:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the rollout never reached the pod")
+	}
+
+	cur = e.get(df)
+	cur.Labels[shard.Key] = "b"
+	if err := e.c.Client.Update(context.Background(), cur); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-cancelled:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the shard the Decofile left kept its rollout running")
+	}
+	before := e.get(df).ResourceVersion
+	time.Sleep(2 * time.Second)
+	if after := e.get(df); after.ResourceVersion != before {
+		t.Errorf("the Decofile was written after it left the shard: %+v", after.Status.Rollout)
 	}
 }

@@ -66,13 +66,19 @@ func podsBehind(res notify.Result, led *ledger) []decov1alpha1.PodBehind {
 
 // recordProgress writes the running counts (the notifier calls it at most about once a second).
 func (r *Reconciler) recordProgress(ctx context.Context, key client.ObjectKey, id string, p notify.Progress) {
+	r.updateRunning(ctx, key, id, "progress", func(next *decov1alpha1.RolloutStatus) { setCounts(next, p) })
+}
+
+// updateRunning changes the status of rollout id while it runs, writing only when update changed
+// something; what could not be written is logged (the next update or the result carries it).
+func (r *Reconciler) updateRunning(ctx context.Context, key client.ObjectKey, id, what string, update func(*decov1alpha1.RolloutStatus)) {
 	err := r.patchStatus(ctx, key, func(d *decov1alpha1.Decofile) bool {
 		ro := d.Status.Rollout
 		if ro == nil || ro.ID != id || ro.FinishedAt != nil {
 			return false
 		}
 		next := *ro
-		next.Total, next.Notified, next.Failed, next.Skipped = int32(p.Total), int32(p.Notified), int32(p.Failed), int32(p.Skipped)
+		update(&next)
 		if equality.Semantic.DeepEqual(next, *ro) {
 			return false
 		}
@@ -80,8 +86,13 @@ func (r *Reconciler) recordProgress(ctx context.Context, key client.ObjectKey, i
 		return true
 	})
 	if err != nil {
-		logf.FromContext(ctx).Info("could not record rollout progress", "error", err.Error())
+		logf.FromContext(ctx).Info("could not record the rollout's "+what, "error", err.Error())
 	}
+}
+
+// setCounts copies the notifier's counts into a rollout status.
+func setCounts(ro *decov1alpha1.RolloutStatus, p notify.Progress) {
+	ro.Total, ro.Notified, ro.Failed, ro.Skipped = int32(p.Total), int32(p.Notified), int32(p.Failed), int32(p.Skipped)
 }
 
 // beginRollout records the start of rollout id to total pods: PodsNotified=Unknown and a new
