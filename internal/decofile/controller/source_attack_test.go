@@ -485,9 +485,14 @@ func TestRetrievalsLeaveWorkersToInlineAsTenants(t *testing.T) {
 	e := start(t)
 	// The fourth tenant exists first: making a user and waiting for its binding is not delivery.
 	other := e.c.Tenant(t, "hold-inline", nil)
-	var held heldRequests
+	// The three tenants exist before any Decofile: were each made between Decofiles, the first
+	// retrievals could time out (and let their requests go) before the last were created.
+	var holders []*testenv.Tenant
 	for i := range 3 {
-		tn := e.c.Tenant(t, fmt.Sprintf("hold-%d", i), nil)
+		holders = append(holders, e.c.Tenant(t, fmt.Sprintf("hold-%d", i), nil))
+	}
+	var held heldRequests
+	for _, tn := range holders {
 		for j := range 4 {
 			if err := tn.Client.Create(context.Background(), gitDecofile(tn.Namespace, fmt.Sprintf("site-%d", j), hangingHost(t, &held)+"/site.git")); err != nil {
 				t.Fatalf("tenant creates its Decofile: %v", err)
