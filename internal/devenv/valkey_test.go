@@ -17,16 +17,8 @@ import (
 // should, so a pod that reaches them cannot re-point the master; the tenant part is configured
 // with both passwords and trusts exactly the master and the replica.
 func TestDevValkeyRequiresAuth(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs redis-server and redis-sentinel; skipped in -short mode")
-	}
 	ctx := context.Background()
-	s := &Servers{}
-	mo := manager.DefaultOptions()
-	if err := startValkey(ctx, s, t.TempDir(), "127.0.0.1", &mo); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Valkey.Stop)
+	s, mo := devValkey(t)
 	for _, addr := range s.Valkey.SentinelAddrs() {
 		sc := redis.NewSentinelClient(&redis.Options{Addr: addr, MaxRetries: -1})
 		err := sc.Remove(ctx, s.Valkey.MasterName).Err()
@@ -76,16 +68,8 @@ func TestDevValkeyRequiresAuth(t *testing.T) {
 // TestDevValkeyPassesTheDoctor: dev up's Valkey runs with the settings a node shared by tenants
 // needs, so `siteops tenant doctor` against it finds no gap on any node or Sentinel.
 func TestDevValkeyPassesTheDoctor(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs redis-server and redis-sentinel; skipped in -short mode")
-	}
 	ctx := context.Background()
-	s := &Servers{}
-	mo := manager.DefaultOptions()
-	if err := startValkey(ctx, s, t.TempDir(), "127.0.0.1", &mo); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Valkey.Stop)
+	_, mo := devValkey(t)
 	cfg, err := mo.Tenant.NodeConfig()
 	if err != nil {
 		t.Fatal(err)
@@ -102,4 +86,20 @@ func TestDevValkeyPassesTheDoctor(t *testing.T) {
 	if gaps := settings.Gaps(fs); len(gaps) != 0 || len(fs) == 0 {
 		t.Fatalf("dev up's Valkey: %d findings, gaps %+v", len(fs), gaps)
 	}
+}
+
+// devValkey starts dev up's Valkey (data nodes and Sentinels) for the test, and returns it with
+// the manager options it configured.
+func devValkey(t *testing.T) (*Servers, manager.Options) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs redis-server and redis-sentinel; skipped in -short mode")
+	}
+	s := &Servers{}
+	mo := manager.DefaultOptions()
+	if err := startValkey(context.Background(), s, t.TempDir(), "127.0.0.1", &mo); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Valkey.Stop)
+	return s, mo
 }
