@@ -19,6 +19,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -154,12 +155,16 @@ func inlineTitle(title string) *decov1.InlineSource {
 
 func setTitle(t *testing.T, c client.Client, df *decov1.Decofile, title string) {
 	t.Helper()
-	var cur decov1.Decofile
-	if err := c.Get(context.Background(), client.ObjectKeyFromObject(df), &cur); err != nil {
-		t.Fatal(err)
-	}
-	cur.Spec.Inline = inlineTitle(title)
-	if err := c.Update(context.Background(), &cur); err != nil {
+	// The manager writes the status meanwhile: read again on a conflict.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var cur decov1.Decofile
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(df), &cur); err != nil {
+			return err
+		}
+		cur.Spec.Inline = inlineTitle(title)
+		return c.Update(context.Background(), &cur)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 }
