@@ -87,7 +87,7 @@ check-manifests: generate manifests
 
 ## test-deps: Debian packages the tests use (installed when missing and running as root)
 test-deps:
-	@hack/install-debian-packages.sh redis-server redis-sentinel git brotli ca-certificates graphviz gpg openssh-client
+	@hack/install-debian-packages.sh redis-server redis-sentinel git brotli ca-certificates graphviz gpg openssh-client chromium
 
 ## test-tools: kube-apiserver, etcd and versitygw built once into $(CACHE_DIR)/bin
 test-tools:

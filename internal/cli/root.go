@@ -41,6 +41,7 @@ func NewRootCommand() *cobra.Command {
 		newCatalogCommand(),
 		newWavesCommand(),
 		newMirrorCommand(),
+		newUICommand(),
 	)
 	return root
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/siteops/siteops/internal/scheme"
 	"github.com/siteops/siteops/internal/shard"
 	"github.com/siteops/siteops/internal/tenant"
+	"github.com/siteops/siteops/internal/ui"
 	"github.com/siteops/siteops/internal/webhookcert"
 )
 
@@ -104,6 +105,8 @@ type Options struct {
 	Tenant tenant.Options
 	// Mirror configures the cluster-to-git mirror part.
 	Mirror mirror.Options
+	// UI configures the web UI, served by every replica when enabled.
+	UI ui.Options
 }
 
 // Leader election timing. A standby takes over a leader that died without releasing the Lease
@@ -163,6 +166,10 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.WebhookCertHosts, "webhook-cert-hosts", o.WebhookCertHosts, "DNS names or IPs of the webhook Service, for the self-signed certificate")
 	fs.StringVar(&o.EventsAddr, "events-addr", o.EventsAddr, "URL of Flux's notification-controller events endpoint (such as http://notification-controller.flux-system.svc.cluster.local./): every Event is posted there too, for Flux Alerts; empty sends none")
 	fs.StringVar(&o.WebhookCASecret, "webhook-ca-secret", o.WebhookCASecret, `Secret ("namespace/name") holding the self-signed CA, shared by all replicas (needed with more than one replica)`)
+	fs.StringVar(&o.UI.BindAddress, "ui-bind-address", o.UI.BindAddress, `address the web UI binds to, over TLS, for people an authenticating proxy vouches for ("0" or empty, the default, turns it off)`)
+	fs.StringVar(&o.UI.CertDir, "ui-cert-dir", o.UI.CertDir, "folder with tls.crt and tls.key, the UI's serving certificate (reloaded when renewed)")
+	fs.StringVar(&o.UI.ProxyCAFile, "ui-proxy-ca-file", o.UI.ProxyCAFile, "CA certificates the authenticating proxy's client certificate is verified against; only that proxy may reach the UI, and its X-Remote-User and X-Remote-Group headers name the person")
+	fs.StringSliceVar(&o.UI.ProxyNames, "ui-proxy-names", o.UI.ProxyNames, "common names accepted on the authenticating proxy's client certificate (empty accepts any the CA signed)")
 	o.Decofile.BindFlags(fs)
 	o.Tenant.BindFlags(fs)
 	o.Mirror.BindFlags(fs)
@@ -208,6 +215,7 @@ func (o *Options) Validate() error {
 	if o.Enabled(PartMirror) {
 		errs = append(errs, o.Mirror.Validate())
 	}
+	errs = append(errs, o.UI.Validate())
 	return errors.Join(errs...)
 }
 
@@ -311,6 +319,9 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		if err := setups[part](); err != nil {
 			return nil, fmt.Errorf("set up %s part: %w", part, err)
 		}
+	}
+	if err := ui.Setup(mgr, o.UI); err != nil {
+		return nil, fmt.Errorf("set up the UI: %w", err)
 	}
 	return mgr, nil
 }
