@@ -93,12 +93,22 @@ func (e *env) proxy(t *testing.T, user string, groups ...string) string {
 // site creates an inline Decofile and waits until the manager stored it.
 func (e *env) site(t *testing.T, ns, name string, blocks map[string]string) *decov1.Decofile {
 	t.Helper()
+	createSite(t, e, ns, name, blocks)
+	return e.stored(t, ns, name, "")
+}
+
+// createSite creates an inline Decofile (one small block unless blocks are given).
+func createSite(t *testing.T, e *env, ns, name string, blocks ...map[string]string) {
+	t.Helper()
+	content := map[string]string{"home": `{"title":"` + name + `"}`}
+	if len(blocks) > 0 {
+		content = blocks[0]
+	}
 	d := &decov1.Decofile{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: decov1.DecofileSpec{Source: decov1.SourceInline, Inline: inline(blocks)}}
+		Spec: decov1.DecofileSpec{Source: decov1.SourceInline, Inline: inline(content)}}
 	if err := e.c.Client.Create(t.Context(), d); err != nil {
 		t.Fatal(err)
 	}
-	return e.stored(t, ns, name, "")
 }
 
 // stored waits until the Decofile's stored content is not the hash before.

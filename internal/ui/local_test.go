@@ -1,0 +1,74 @@
+package ui_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/siteops/siteops/internal/testenv"
+	"github.com/siteops/siteops/internal/ui"
+)
+
+func TestSiteopsUIRunsAsTheKubeconfigUser(t *testing.T) {
+	e := &env{c: testenv.APIServer(t)}
+	tenant := e.c.Tenant(t, "ui-local", nil)
+	other := e.c.Namespace(t, "ui-local-other", nil)
+	// Nothing delivers here: the Decofiles exist, which is all the page lists.
+	createSite(t, e, tenant.Namespace, "shop")
+	createSite(t, e, other, "hidden-site")
+
+	out := &testenv.SyncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- ui.RunLocal(ctx, tenant.Config, ui.LocalOptions{Address: "127.0.0.1:0", Namespace: tenant.Namespace, Scheme: e.c.Scheme, Out: out})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("siteops ui stopped with %v", err)
+		}
+	})
+	var address string
+	testenv.Eventually(t, 30*time.Second, func() error {
+		_, after, ok := strings.Cut(out.String(), "open ")
+		if !ok {
+			return io.ErrUnexpectedEOF
+		}
+		address = strings.TrimSpace(after)
+		return nil
+	})
+	if !strings.Contains(out.String(), "siteops ui for "+tenant.Name) {
+		t.Errorf("the banner does not name the kubeconfig's user: %q", out.String())
+	}
+	base, _, _ := strings.Cut(address, "?")
+
+	// Without the token: refused.
+	res, err := http.Get(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusUnauthorized {
+		t.Errorf("without the token: HTTP %d, want 401", res.StatusCode)
+	}
+	// With it: the browser gets a cookie and the token leaves the address.
+	jar, _ := cookiejar.New(nil)
+	cl := &http.Client{Jar: jar}
+	res, err = cl.Get(address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || strings.Contains(res.Request.URL.RawQuery, "token") {
+		t.Fatalf("with the token: HTTP %d at %s", res.StatusCode, res.Request.URL)
+	}
+	if !strings.Contains(string(body), "decofile/"+tenant.Namespace+"/shop") || strings.Contains(string(body), "hidden-site") {
+		t.Errorf("the overview does not show exactly the tenant's own site:\n%s", body)
+	}
+}
