@@ -69,8 +69,9 @@ var secretFlags = map[string]string{
 }
 
 // computedFlags are value keys that are null by default because the chart fills them from the
-// release (names and namespace).
-var computedFlags = []string{"webhook-cert-hosts", "webhook-ca-secret", "leader-election-namespace", "secret-hash-key-secret"}
+// release (names and namespace) or, for the web UI's, from the ui values.
+var computedFlags = []string{"webhook-cert-hosts", "webhook-ca-secret", "leader-election-namespace", "secret-hash-key-secret",
+	"ui-bind-address", "ui-cert-dir", "ui-proxy-ca-file", "ui-proxy-names"}
 
 // managerFlags is the manager's real flag set with its defaults.
 func managerFlags() (*pflag.FlagSet, *manager.Options) {
@@ -213,6 +214,7 @@ var valueSets = map[string]string{
 	"lease elsewhere":          "flags: {leader-election-namespace: leases}",
 	"audit self-signed":        auditOn("{certificates: self-signed, service: {type: NodePort, nodePort: 30444}, ipAddresses: [10.0.0.5]}"),
 	"audit cert-manager":       auditOn("{certificates: cert-manager}"),
+	"ui":                       uiOn,
 }
 
 func TestLint(t *testing.T) {

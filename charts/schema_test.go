@@ -105,6 +105,24 @@ func valuesSchema() map[string]any {
 				"certManager":    map[string]any{"type": "object", "properties": map[string]any{"issuerRef": obj(), "duration": map[string]any{"type": "string"}, "renewBefore": map[string]any{"type": "string"}}},
 				"selfSignedDays": map[string]any{"type": "integer", "minimum": 1},
 			}},
+			"ui": map[string]any{"type": "object", "additionalProperties": false, "properties": map[string]any{
+				"enabled":       map[string]any{"type": "boolean"},
+				"port":          map[string]any{"type": "integer", "minimum": 1, "maximum": 65535},
+				"certSecret":    map[string]any{"type": "string", "description": "kubernetes.io/tls Secret with the UI's serving certificate; required with enabled"},
+				"proxyCASecret": map[string]any{"type": "string", "description": "Secret whose ca.crt is the CA of the proxy's client certificate; required with enabled"},
+				"proxyNames":    map[string]any{"type": "array", "items": map[string]any{"type": "string", "minLength": 1}},
+				"service": map[string]any{"type": "object", "additionalProperties": false, "properties": map[string]any{
+					"type": map[string]any{"enum": []string{"ClusterIP", "NodePort", "LoadBalancer"}},
+					"port": map[string]any{"type": "integer", "minimum": 1, "maximum": 65535},
+				}},
+				"ingress": map[string]any{"type": "object", "additionalProperties": false, "properties": map[string]any{
+					"enabled":     map[string]any{"type": "boolean"},
+					"className":   map[string]any{"type": "string"},
+					"annotations": obj(),
+					"host":        map[string]any{"type": "string"},
+					"tls":         map[string]any{"type": "array"},
+				}},
+			}},
 			"flags": map[string]any{
 				"type": "object", "additionalProperties": false, "properties": flags,
 				"description": "every siteops-manager flag by name; null: not passed",
@@ -149,6 +167,7 @@ func TestValuesSchemaRejects(t *testing.T) {
 		"unknown secret":      "secrets: {awsKey: {name: x}}",
 		"shard not a label":   "shards: [Shard_1]",
 		"shard twice":         "shards: [a, a]",
+		"misspelt ui value":   "ui: {enabled: true, proxyCA: ca}",
 	} {
 		t.Run(name, func(t *testing.T) {
 			install := newInstall("siteops", namespace)

@@ -52,14 +52,17 @@ siteops.dev/shard: {{ .shard }}
 {{- end -}}
 
 {{/* One instance's flags (dict "root" . "shard" name): a shard reconciles the objects labelled
-with its name and elects its leader on its own Lease; beside shards, the main instance takes
-the objects without the label. */}}
+with its name and elects its leader on its own Lease, and serves no web UI; beside shards, the
+main instance takes the objects without the label. */}}
 {{- define "siteops.instanceFlags" -}}
 {{- $flags := include "siteops.flags" .root | fromJson -}}
 {{- if .shard -}}
 {{- $_ := set $flags "watch-label-selector" (printf "sharding.siteops.dev/key=%s" .shard) -}}
 {{- $_ := set $flags "shard-name" .shard -}}
 {{- $_ := set $flags "leader-election-id" (printf "%s.%s" .shard (index $flags "leader-election-id")) -}}
+{{- range $name := list "ui-bind-address" "ui-cert-dir" "ui-proxy-ca-file" "ui-proxy-names" -}}
+{{- $_ := unset $flags $name -}}
+{{- end -}}
 {{- else if and .root.Values.shards (not (index $flags "watch-label-selector")) -}}
 {{- $_ := set $flags "watch-label-selector" "!sharding.siteops.dev/key" -}}
 {{- end -}}
@@ -151,6 +154,20 @@ the objects without the label. */}}
 {{- $_ := set $flags "audit-client-ca" (printf "%s/ca.crt" (include "siteops.auditCertDir" .)) -}}
 {{- end -}}
 {{- end -}}
+{{- if include "siteops.ui" . -}}
+{{- if not (index $flags "ui-bind-address") -}}
+{{- $_ := set $flags "ui-bind-address" (printf ":%d" (int .Values.ui.port)) -}}
+{{- end -}}
+{{- if and (not (index $flags "ui-cert-dir")) .Values.ui.certSecret -}}
+{{- $_ := set $flags "ui-cert-dir" (include "siteops.uiCertDir" .) -}}
+{{- end -}}
+{{- if and (not (index $flags "ui-proxy-ca-file")) .Values.ui.proxyCASecret -}}
+{{- $_ := set $flags "ui-proxy-ca-file" (printf "%s/ca.crt" (include "siteops.uiProxyCADir" .)) -}}
+{{- end -}}
+{{- if and (kindIs "invalid" (index $flags "ui-proxy-names")) .Values.ui.proxyNames -}}
+{{- $_ := set $flags "ui-proxy-names" .Values.ui.proxyNames -}}
+{{- end -}}
+{{- end -}}
 {{- toJson $flags -}}
 {{- end -}}
 
@@ -234,4 +251,51 @@ k, M, G, Ki, Mi or Gi); empty without a memory limit.
 {{- define "siteops.auditDNSNames" -}}
 {{- $svc := printf "%s-audit" (include "siteops.fullname" .) -}}
 {{- toJson (concat (list (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace)) .Values.audit.dnsNames) -}}
+{{- end -}}
+
+{{/* "true" when the main instance serves the web UI (ui.enabled). */}}
+{{- define "siteops.ui" -}}
+{{- if .Values.ui.enabled -}}true{{- end -}}
+{{- end -}}
+
+{{/* Where the UI's serving certificate (ui.certSecret) and the proxy CA (ui.proxyCASecret) are mounted. */}}
+{{- define "siteops.uiCertDir" -}}/etc/siteops/ui/serving{{- end -}}
+{{- define "siteops.uiProxyCADir" -}}/etc/siteops/ui/proxy-ca{{- end -}}
+
+{{/* Fails on ui values the manager would refuse or that would leave the UI unreachable. */}}
+{{- define "siteops.uiCheck" -}}
+{{- $flags := include "siteops.flags" . | fromJson -}}
+{{- $addr := toString (index $flags "ui-bind-address" | default "") -}}
+{{- if not (include "siteops.ui" .) -}}
+{{- if and $addr (ne $addr "0") -}}
+{{- fail "flags.ui-bind-address is set but ui.enabled is false: set ui.enabled (with ui.certSecret and ui.proxyCASecret), so the chart mounts the certificates, adds the ui Service and grants the impersonation the UI needs" -}}
+{{- end -}}
+{{- else -}}
+{{- if eq $addr "0" -}}
+{{- fail "flags.ui-bind-address \"0\" turns the UI off while ui.enabled is true: leave flags.ui-bind-address null (ui.port sets it) or set ui.enabled false" -}}
+{{- end -}}
+{{- if not (index $flags "ui-cert-dir") -}}
+{{- fail "ui.certSecret is required with ui.enabled: name the kubernetes.io/tls Secret (tls.crt, tls.key) holding the UI's serving certificate, or set flags.ui-cert-dir to a folder you mount with extraVolumes" -}}
+{{- end -}}
+{{- if not (index $flags "ui-proxy-ca-file") -}}
+{{- fail "ui.proxyCASecret is required with ui.enabled: name the Secret whose ca.crt is the CA of the authenticating proxy's client certificate (the UI serves no one else), or set flags.ui-proxy-ca-file to a file you mount with extraVolumes" -}}
+{{- end -}}
+{{- $port := include "siteops.port" $addr -}}
+{{- $taken := dict (include "siteops.port" (index $flags "health-probe-bind-address")) "flags.health-probe-bind-address" -}}
+{{- if ne (index $flags "metrics-bind-address") "0" -}}
+{{- $_ := set $taken (include "siteops.port" (index $flags "metrics-bind-address")) "flags.metrics-bind-address" -}}
+{{- end -}}
+{{- if include "siteops.webhooks" . -}}
+{{- $_ := set $taken (include "siteops.flagValue" (index $flags "webhook-port")) "flags.webhook-port" -}}
+{{- end -}}
+{{- if include "siteops.pushReceiver" . -}}
+{{- $_ := set $taken (include "siteops.port" (index $flags "push-webhook-bind-address")) "flags.push-webhook-bind-address" -}}
+{{- end -}}
+{{- if include "siteops.auditReceiver" . -}}
+{{- $_ := set $taken (include "siteops.port" (index $flags "audit-listen-address")) "flags.audit-listen-address" -}}
+{{- end -}}
+{{- with get $taken $port -}}
+{{- fail (printf "ui.port %s is also the port of %s: pick another" $port .) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
