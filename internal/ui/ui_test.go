@@ -38,8 +38,9 @@ type env struct {
 	uiAddr string
 }
 
-// startUI runs the manager (Decofile part, UI on) against the shared API server.
-func startUI(t *testing.T) *env {
+// startUI runs the manager (Decofile part, UI on) against the shared API server; also changes
+// the manager's options first.
+func startUI(t *testing.T, also ...func(*manager.Options)) *env {
 	t.Helper()
 	c := testenv.APIServer(t)
 	e := &env{c: c, mtls: testenv.NewMTLS(t, "ui-proxy", "127.0.0.1"), uiAddr: testenv.FreeLoopbackAddr(t)}
@@ -49,6 +50,9 @@ func startUI(t *testing.T) *env {
 	o.Decofile.DisableInjection = true
 	o.SecondInProcess = true
 	o.UI = ui.Options{BindAddress: e.uiAddr, CertDir: e.mtls.CertDir, ProxyCAFile: e.mtls.CAFile, ProxyNames: []string{"ui-proxy"}}
+	for _, f := range also {
+		f(&o)
+	}
 	mgr, err := manager.New(c.Config, o)
 	if err != nil {
 		t.Fatal(err)
