@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -39,6 +40,34 @@ type Backend struct {
 	As func(access.Person) (client.Client, error)
 	// Hub tells open pages of changes.
 	Hub *live.Hub
+	// Commits, when set, tells the mirror's recent commits per GitTarget (the manager's mirror
+	// engine); without it a target's page shows its status only.
+	Commits CommitLog
+}
+
+// CommitLog is the mirror's record of the commits it pushed lately.
+type CommitLog interface {
+	// Recent returns up to limit of the newest commits pushed for GitTarget namespace/name,
+	// newest first.
+	Recent(namespace, name string, limit int) []Commit
+}
+
+// Commit is one commit the mirror pushed.
+type Commit struct {
+	// Hash of the commit.
+	Hash string
+	// Author is who made the change, as attribution resolved it.
+	Author string
+	// Attribution says how the author was found (such as "audit", "committer fallback").
+	Attribution string
+	// AuditID is the API server's Audit-ID of the change, when known.
+	AuditID string
+	// Message is the commit message's first line.
+	Message string
+	// Files is how many files the commit changed.
+	Files int
+	// Time the commit was pushed.
+	Time time.Time
 }
 
 // Options configure the server.
@@ -48,6 +77,9 @@ type Options struct {
 	// Local, when set, is `siteops ui`'s token session: the first visit trades ?token= for a
 	// cookie.
 	Local *access.Local
+	// Login, when set, serves the sign-in under /auth/ (OIDC): a person who is not signed in
+	// and opens a page is sent to /auth/login?next=<page>.
+	Login http.Handler
 	// SecureCookies marks cookies Secure (the server is behind TLS).
 	SecureCookies bool
 	// Rate and Burst bound each person's requests per second.
@@ -101,8 +133,12 @@ func New(b Backend, o Options) (*Server, error) {
 	s.mux.HandleFunc("GET /mirror", s.person(s.mirror))
 	s.mux.HandleFunc("GET /namespaces/{ns}", s.person(s.tenant))
 	s.mux.HandleFunc("GET /namespaces/{ns}/decofiles/{name}", s.person(s.site))
+	s.mux.HandleFunc("GET /namespaces/{ns}/gittargets/{name}", s.person(s.target))
 	s.mux.HandleFunc("POST /namespaces/{ns}/{resource}/{name}/{action}", s.person(s.act))
 	s.mux.HandleFunc("GET /live", s.person(s.live))
+	if o.Login != nil {
+		s.mux.Handle("/auth/", o.Login)
+	}
 	return s, nil
 }
 
@@ -129,6 +165,10 @@ type handler func(w http.ResponseWriter, r *http.Request, p access.Person)
 func (s *Server) person(h handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		p, err := s.o.Authenticator.Authenticate(r)
+		if err != nil && s.o.Login != nil && r.Method == http.MethodGet && r.Header.Get("X-Siteops-Fragment") == "" && r.URL.Path != "/live" {
+			http.Redirect(w, r, "/auth/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+			return
+		}
 		if err != nil {
 			s.fail(w, r, http.StatusUnauthorized, err.Error())
 			return

@@ -66,7 +66,7 @@ func href(s inspect.Summary) string {
 	case inspect.KindDecofile:
 		return "/namespaces/" + ns + "/decofiles/" + url.PathEscape(s.Name)
 	case inspect.KindGitTarget:
-		return "/mirror#" + ns + "/" + url.PathEscape(s.Name)
+		return "/namespaces/" + ns + "/gittargets/" + url.PathEscape(s.Name)
 	}
 	return "/namespaces/" + ns
 }
@@ -126,7 +126,7 @@ var funcs = template.FuncMap{
 // parsePages parses each page with the shared layout.
 func parsePages() (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "site", "tenant", "mirror", "error"} {
+	for _, name := range []string{"overview", "site", "tenant", "mirror", "target", "error"} {
 		t, err := template.New(name).Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("parse the %s page: %w", name, err)
