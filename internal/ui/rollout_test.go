@@ -14,6 +14,7 @@ import (
 	"github.com/chromedp/chromedp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
@@ -159,5 +160,62 @@ func TestPushShowsItsRolloutLive(t *testing.T) {
 		t.Errorf("the page showed %q, never all three pods", seen)
 	}
 	b.Screenshot(t, "site-rollout-live")
+	noProblems(t, b)
+}
+
+// TestSiteShowsChangedBlocks: while a new version of a progressive site waits for its pod, the
+// page compares it with the last content every pod confirmed, block by block.
+func TestSiteShowsChangedBlocks(t *testing.T) {
+	e := startUI(t)
+	ns := e.c.Namespace(t, "ui-blocks", nil)
+	d := &decov1.Decofile{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shop"},
+		Spec: decov1.DecofileSpec{Source: decov1.SourceInline,
+			Inline:  inline(map[string]string{"home": `{"title":"v1"}`, "footer": `{"links":[1,2]}`, "banner": `{"sale":true}`}),
+			Rollout: &decov1.RolloutSpec{Steps: []intstr.IntOrString{intstr.FromString("100%")}}}}
+	if err := e.c.Client.Create(t.Context(), d); err != nil {
+		t.Fatal(err)
+	}
+	first := e.stored(t, ns, "shop", "")
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if err := e.c.Client.Get(t.Context(), client.ObjectKeyFromObject(d), first); err != nil {
+			return err
+		}
+		if lg := first.Status.LastGood; lg == nil || lg.ContentHash != first.Status.ContentHash {
+			return fmt.Errorf("the first content is not kept as the last good one yet: %+v", lg)
+		}
+		return nil
+	})
+	var token corev1.Secret
+	if err := e.c.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: first.ReloadSecretName()}, &token); err != nil {
+		t.Fatal(err)
+	}
+	// One pod that takes a minute to answer: the second version waits for it.
+	sitePods(t, e, ns, "shop", string(token.Data[decov1.ReloadTokenKey]), 1, time.Minute)
+	patch := client.MergeFrom(first.DeepCopy())
+	edited := first.DeepCopy()
+	edited.Spec.Inline = inline(map[string]string{"home": `{"title":"v2"}`, "footer": `{"links":[1,2]}`, "menu": `{"items":[]}`})
+	if err := e.c.Client.Patch(t.Context(), edited, patch); err != nil {
+		t.Fatal(err)
+	}
+	second := e.stored(t, ns, "shop", first.Status.ContentHash)
+	if lg := second.Status.LastGood; lg == nil || lg.ContentHash != first.Status.ContentHash {
+		t.Fatalf("the last good copy moved on before the pod confirmed: %+v", lg)
+	}
+
+	b := testenv.NewBrowser(t)
+	base := e.proxy(t, "platform-admin", "system:masters")
+	if status, _ := page(t, b, base, "/namespaces/"+ns+"/decofiles/shop"); status != http.StatusOK {
+		t.Fatalf("site page: HTTP %d", status)
+	}
+	rows := testenv.Eval[[]string](t, b, `Array.from(document.querySelectorAll("table.blocks tbody tr")).map(r => r.cells[0].innerText + " " + r.cells[1].innerText)`)
+	want := []string{"menu added", "banner removed", "home changed", "footer same"}
+	if !slices.Equal(rows, want) {
+		t.Errorf("block rows %q, want %q", rows, want)
+	}
+	compared := testenv.Eval[string](t, b, `document.getElementById("compared").innerText`)
+	if !strings.Contains(compared, second.Status.ContentHash[:12]) || !strings.Contains(compared, first.Status.ContentHash[:12]) {
+		t.Errorf("the page does not say what it compared: %q", compared)
+	}
+	b.Screenshot(t, "site-blocks")
 	noProblems(t, b)
 }

@@ -44,9 +44,10 @@ func (Kind) Keys(*decov1.Decofile) []string { return nil }
 // Moves is false: the content changes only with the Decofile.
 func (Kind) Moves(*decov1.Decofile) bool { return false }
 
-// Describe counts the blocks.
+// Describe counts the blocks. A Decofile read from the manager's cache has its content
+// trimmed (a nil value): its count is not known there, so none is given.
 func (Kind) Describe(df *decov1.Decofile) string {
-	if df.Spec.Inline == nil {
+	if df.Spec.Inline == nil || df.Spec.Inline.Value == nil {
 		return "inline"
 	}
 	return fmt.Sprintf("inline, %d blocks", len(df.Spec.Inline.Value))
