@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,6 +58,21 @@ func TestDevUp(t *testing.T) {
 	for _, name := range []string{"Valkey master", "S3", "git remote"} {
 		if !strings.Contains(table[name], "127.0.0.1:") {
 			t.Errorf("%s at %q, want a loopback address without --node", name, table[name])
+		}
+	}
+	// The web UI serves the admin at the address the table gives, token and all.
+	if ui := table["web UI"]; !strings.HasPrefix(ui, "http://127.0.0.1:") || !strings.Contains(ui, "?token=") {
+		t.Errorf("web UI at %q, want a loopback address with its sign-in token", ui)
+	} else {
+		jar, _ := cookiejar.New(nil)
+		res, err := (&http.Client{Jar: jar}).Get(ui)
+		if err != nil {
+			t.Fatalf("open the web UI: %v", err)
+		}
+		page, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK || !bytes.Contains(page, []byte("<h1>Overview</h1>")) {
+			t.Errorf("the web UI answered HTTP %d:\n%.500s", res.StatusCode, page)
 		}
 	}
 	// Quiet: nothing but progress lines, the table and the ready line; the manager's JSON log

@@ -43,6 +43,7 @@ func Steps(run Runner, examples string) ([]Step, func()) {
 		{Name: "S3 target and back", Run: s.flipTargets},
 		{Name: "cluster→git mirror", Run: mirrorToGit(s.namespace)},
 		{Name: "wave planner", Run: waves(examples, run)},
+		{Name: "web UI", Run: webUI},
 	}, s.stop
 }
 

@@ -73,6 +73,8 @@ type Env struct {
 	stops    []func() error
 	mgrDone  chan error
 	follower *follower
+	// uiURL is the web UI's address once StartUI served it.
+	uiURL string
 }
 
 // AddUser provisions a user of the local API server and returns its REST config, so a change can
@@ -93,6 +95,10 @@ func Up(ctx context.Context, o Options) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, env.Stop()) }()
+	fmt.Fprintln(o.Out, "siteops dev: serving the web UI as the admin (for a tenant's view: siteops dev tenant add NAME, then siteops ui --kubeconfig with the kubeconfig it writes)")
+	if _, err := env.StartUI(ctx); err != nil {
+		return err
+	}
 	fmt.Fprintln(o.Out)
 	if err := env.WriteTable(o.Out); err != nil {
 		return err

@@ -49,6 +49,9 @@ func (e *Env) Components() []Component {
 		slices.Sort(refs)
 		add("node images", strings.Join(refs, ", "), "")
 	}
+	if e.uiURL != "" {
+		add("web UI", e.uiURL, "")
+	}
 	mo := e.manager
 	if mo.MetricsAddr != "" {
 		addr := "metrics http://" + mo.MetricsAddr + "/metrics"

@@ -29,8 +29,10 @@ type LocalOptions struct {
 	Namespace string
 	// Scheme knows siteops' types.
 	Scheme *runtime.Scheme
-	// Out receives the address to open.
+	// Out receives the address to open, unless Ready is set.
 	Out io.Writer
+	// Ready, when set, receives the address to open (with its sign-in token) once the UI serves.
+	Ready func(url string)
 	// Log receives request failures.
 	Log *slog.Logger
 }
@@ -83,7 +85,12 @@ func RunLocal(ctx context.Context, cfg *rest.Config, o LocalOptions) error {
 		return fmt.Errorf("listen on %s: %w", o.Address, err)
 	}
 	go func() { _ = hub.Run(ctx) }()
-	fmt.Fprintf(o.Out, "siteops ui for %s: open http://%s/?token=%s\n", me.User, ln.Addr(), sess.Token())
+	url := fmt.Sprintf("http://%s/?token=%s", ln.Addr(), sess.Token())
+	if o.Ready != nil {
+		o.Ready(url)
+	} else {
+		fmt.Fprintf(o.Out, "siteops ui for %s: open %s\n", me.User, url)
+	}
 	hs := &http.Server{ReadHeaderTimeout: 10 * time.Second}
 	return srv.Run(ctx, hs, func() error { return hs.Serve(ln) })
 }
