@@ -1,18 +1,38 @@
 package cli
 
 import (
+	"context"
 	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/siteops/siteops/internal/scheme"
 	"github.com/siteops/siteops/internal/ui"
+	"github.com/siteops/siteops/internal/waves/diagram"
+	"github.com/siteops/siteops/internal/waves/plan"
+	"github.com/siteops/siteops/internal/waves/repo"
 )
+
+// wavesOf plans the waves of the repository at dir, with the planner's default layout, each time
+// the page asks: the page follows edits to the checkout.
+func wavesOf(dir string) func(context.Context) (*diagram.Graph, error) {
+	return func(context.Context) (*diagram.Graph, error) {
+		f := repoFlags{dir: dir, apps: repo.DefaultLayout.Apps, clusters: repo.DefaultLayout.Clusters, prefix: plan.DefaultOptions.Prefix, root: plan.DefaultOptions.Root}
+		s, err := f.load()
+		if err != nil {
+			return nil, err
+		}
+		return diagram.New(s.Catalog, s.Waves, s.Plan), nil
+	}
+}
 
 // newUICommand builds `siteops ui`.
 func newUICommand() *cobra.Command {
 	var k kubeFlags
-	var address string
+	var address, wavesRepo string
 	cmd := &cobra.Command{
 		Use:   "ui",
 		Short: "Serve the siteops web UI on this machine, as the kubeconfig's user: it shows what your rights show and acts as you",
@@ -28,11 +48,18 @@ one-time token that signs the browser in; it opens nothing by itself. Stop it wi
 			if err != nil {
 				return err
 			}
-			return ui.RunLocal(cmd.Context(), cfg, ui.LocalOptions{Address: address, Namespace: ns, Scheme: scheme.New(),
-				Out: cmd.OutOrStdout(), Log: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))})
+			o := ui.LocalOptions{Address: address, Namespace: ns, Scheme: scheme.New(),
+				Out: cmd.OutOrStdout(), Log: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))}
+			if wavesRepo != "" {
+				o.Waves = wavesOf(wavesRepo)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return ui.RunLocal(ctx, cfg, o)
 		},
 	}
 	cmd.Flags().StringVar(&address, "address", "127.0.0.1:0", "address to listen on (a free loopback port by default)")
+	cmd.Flags().StringVar(&wavesRepo, "waves-repo", "", "repository whose catalog the Waves page plans (read again on every visit), laid out as siteops waves expects")
 	k.bind(cmd.Flags(), "namespace shown when you may not list every namespace (default: the context's namespace)")
 	return cmd
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/siteops/siteops/internal/ui/access"
 	"github.com/siteops/siteops/internal/ui/live"
 	"github.com/siteops/siteops/internal/ui/web"
+	"github.com/siteops/siteops/internal/waves/diagram"
 )
 
 // LocalOptions configure `siteops ui`.
@@ -35,6 +36,8 @@ type LocalOptions struct {
 	Ready func(url string)
 	// Log receives request failures.
 	Log *slog.Logger
+	// Waves, when set, plans the waves page from a repository (siteops ui --waves-repo).
+	Waves func(ctx context.Context) (*diagram.Graph, error)
 }
 
 // RunLocal serves the UI as cfg's user until ctx is done. It opens nothing by itself: it prints
@@ -75,7 +78,7 @@ func RunLocal(ctx context.Context, cfg *rest.Config, o LocalOptions) error {
 		return err
 	}
 	b := web.Backend{Objects: localReader{cache: c, direct: direct, namespaces: namespaces}, Access: authz, Hub: hub,
-		As: func(access.Person) (client.Client, error) { return direct, nil }}
+		As: func(access.Person) (client.Client, error) { return direct, nil }, Waves: o.Waves}
 	srv, err := web.New(b, web.Options{Authenticator: sess, Local: sess, Log: o.Log})
 	if err != nil {
 		return err

@@ -5,12 +5,17 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/siteops/siteops/internal/testenv"
 	"github.com/siteops/siteops/internal/ui"
+	"github.com/siteops/siteops/internal/waves"
+	"github.com/siteops/siteops/internal/waves/diagram"
+	"github.com/siteops/siteops/internal/waves/plan"
+	"github.com/siteops/siteops/internal/waves/repo"
 )
 
 func TestSiteopsUIRunsAsTheKubeconfigUser(t *testing.T) {
@@ -25,7 +30,8 @@ func TestSiteopsUIRunsAsTheKubeconfigUser(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- ui.RunLocal(ctx, tenant.Config, ui.LocalOptions{Address: "127.0.0.1:0", Namespace: tenant.Namespace, Scheme: e.c.Scheme, Out: out})
+		done <- ui.RunLocal(ctx, tenant.Config, ui.LocalOptions{Address: "127.0.0.1:0", Namespace: tenant.Namespace, Scheme: e.c.Scheme, Out: out,
+			Waves: homelabWaves})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -71,4 +77,35 @@ func TestSiteopsUIRunsAsTheKubeconfigUser(t *testing.T) {
 	if !strings.Contains(string(body), "decofile/"+tenant.Namespace+"/shop") || strings.Contains(string(body), "hidden-site") {
 		t.Errorf("the overview does not show exactly the tenant's own site:\n%s", body)
 	}
+
+	// The Waves page draws the repository's plan; hovering a node tells its blast radius.
+	res, err = cl.Get(base + "waves")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	page := string(body)
+	if res.StatusCode != http.StatusOK || !strings.Contains(page, "<svg") || strings.Contains(page, "<?xml") {
+		t.Fatalf("waves page: HTTP %d, want an embedded SVG drawing:\n%.800s", res.StatusCode, page)
+	}
+	if !strings.Contains(page, "gitea, wave 0: a failure blocks 6 nodes behind it in the wave chain, 1 that depend on it") {
+		t.Errorf("the drawing's nodes do not tell their blast radius on hover:\n%.2000s", page)
+	}
+	if strings.Count(page, "<tr><td><code>") != 16 {
+		t.Errorf("the blast radius table has %d rows, want the 16 nodes of examples/homelab", strings.Count(page, "<tr><td><code>"))
+	}
+}
+
+// homelabWaves plans the waves of the sample repository examples/homelab.
+func homelabWaves(context.Context) (*diagram.Graph, error) {
+	r, err := repo.OnDisk(filepath.Join("..", "..", "examples", "homelab"), repo.DefaultLayout)
+	if err != nil {
+		return nil, err
+	}
+	s, err := waves.Load(r, plan.DefaultOptions)
+	if err != nil {
+		return nil, err
+	}
+	return diagram.New(s.Catalog, s.Waves, s.Plan), nil
 }

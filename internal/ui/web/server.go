@@ -21,6 +21,7 @@ import (
 
 	"github.com/siteops/siteops/internal/ui/access"
 	"github.com/siteops/siteops/internal/ui/live"
+	"github.com/siteops/siteops/internal/waves/diagram"
 )
 
 //go:embed templates/*.html
@@ -40,6 +41,8 @@ type Backend struct {
 	As func(access.Person) (client.Client, error)
 	// Hub tells open pages of changes.
 	Hub *live.Hub
+	// Waves, when set, plans the waves of a repository's catalog (siteops ui --waves-repo).
+	Waves func(ctx context.Context) (*diagram.Graph, error)
 	// Commits, when set, tells the mirror's recent commits per GitTarget (the manager's mirror
 	// engine); without it a target's page shows its status only.
 	Commits CommitLog
@@ -58,9 +61,12 @@ type Commit struct {
 	Hash string
 	// Author is who made the change, as attribution resolved it.
 	Author string
-	// Attribution says how the author was found (such as "audit", "committer fallback").
+	// Attribution says how the author was found: the commit's Attribution trailer, such as
+	// exact_user or exact_serviceaccount (from an audit event), weak, or absent (no audit fact:
+	// the committer authored it, or the --unattributed-author).
 	Attribution string
-	// AuditID is the API server's Audit-ID of the change, when known.
+	// AuditID is the API server's Audit-ID of the change, when the author was attributed from
+	// an audit event ("(+n)" after it counts the commit's other audit events).
 	AuditID string
 	// Message is the commit message's first line.
 	Message string
@@ -131,6 +137,7 @@ func New(b Backend, o Options) (*Server, error) {
 	s.mux.Handle("GET /static/", http.StripPrefix("/static/", cacheFor(http.FileServerFS(static))))
 	s.mux.HandleFunc("GET /{$}", s.person(s.overview))
 	s.mux.HandleFunc("GET /mirror", s.person(s.mirror))
+	s.mux.HandleFunc("GET /waves", s.person(s.waves))
 	s.mux.HandleFunc("GET /namespaces/{ns}", s.person(s.tenant))
 	s.mux.HandleFunc("GET /namespaces/{ns}/decofiles/{name}", s.person(s.site))
 	s.mux.HandleFunc("GET /namespaces/{ns}/gittargets/{name}", s.person(s.target))

@@ -126,7 +126,7 @@ var funcs = template.FuncMap{
 // parsePages parses each page with the shared layout.
 func parsePages() (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "site", "tenant", "mirror", "target", "error"} {
+	for _, name := range []string{"overview", "site", "tenant", "mirror", "target", "waves", "error"} {
 		t, err := template.New(name).Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("parse the %s page: %w", name, err)

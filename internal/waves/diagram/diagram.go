@@ -4,10 +4,13 @@
 package diagram
 
 import (
+	"bytes"
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"os/exec"
 	"slices"
 	"strings"
 
@@ -131,6 +134,14 @@ func note(n Node) string {
 	return strings.Join(parts, ", ")
 }
 
+// tooltip is what hovering a node in the rendered SVG says: its blast radius in words.
+func tooltip(n Node) string {
+	if n.Blast == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s, wave %d: a failure blocks %d nodes behind it in the wave chain, %d that depend on it", n.Name, n.Wave, n.Blast.Chain, n.Blast.Exact)
+}
+
 func edgeLabel(e Edge, nodes map[string]Node) string {
 	if e.Kind != Anchor {
 		return ""
@@ -164,6 +175,9 @@ func (g *Graph) Dot(w io.Writer) error {
 				label += "\n" + s
 			}
 			attrs := []string{"label=" + quote(label)}
+			if t := tooltip(n); t != "" {
+				attrs = append(attrs, "tooltip="+quote(t))
+			}
 			switch n.Kind {
 			case graph.KindDatabase:
 				attrs = append(attrs, "shape=cylinder")
@@ -268,3 +282,21 @@ func (g *Graph) Mermaid(w io.Writer) error {
 // mermaidID turns a node name into a Mermaid ID. Node names are DNS labels (no underscore), so
 // the mapping cannot collide; the prefix keeps words such as "end" from being read as keywords.
 func mermaidID(name string) string { return "n_" + strings.ReplaceAll(name, "-", "_") }
+
+// SVG renders the graph with Graphviz's dot (dotPath, or "dot" on the PATH when empty) and
+// returns the SVG document.
+func (g *Graph) SVG(ctx context.Context, dotPath string) ([]byte, error) {
+	if dotPath == "" {
+		dotPath = "dot"
+	}
+	var src, out, stderr bytes.Buffer
+	if err := g.Dot(&src); err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, dotPath, "-Tsvg")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = &src, &out, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("render the wave graph with Graphviz (%s): %w: %s", dotPath, err, strings.TrimSpace(stderr.String()))
+	}
+	return out.Bytes(), nil
+}
