@@ -321,6 +321,17 @@ func (o *Options) NodeConfig() (acl.Config, error) {
 
 // Setup registers the namespace controller, the Sentinel watcher and the periodic resync.
 func Setup(mgr ctrl.Manager, o Options) error {
+	_, err := SetupWithProver(mgr, o)
+	return err
+}
+
+// SetupWithProver is Setup, returning the prover whose Last proofs an operator's view shows.
+func SetupWithProver(mgr ctrl.Manager, o Options) (*resync.Prover, error) {
+	prover := &resync.Prover{}
+	return prover, setup(mgr, o, prover)
+}
+
+func setup(mgr ctrl.Manager, o Options, prover *resync.Prover) error {
 	o = *o.resolved()
 	if o.RotationMaxGrace == 0 {
 		// Options made without BindFlags; a 0 given as the flag is refused by Validate first.
@@ -354,7 +365,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	// that the controller has just replaced (a rotation, an opt-out), without a lock that one
 	// tenant's work could hold against the others.
 	guard := &resync.Guard{}
-	prover := &resync.Prover{Nodes: nodes, Events: events}
+	prover.Nodes, prover.Events = nodes, events
 	r := &provision.Reconciler{
 		Client:              mgr.GetClient(),
 		Reader:              mgr.GetAPIReader(),

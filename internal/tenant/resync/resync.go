@@ -6,6 +6,7 @@ package resync
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -195,6 +196,36 @@ type Prover struct {
 
 	mu     sync.Mutex
 	byNode map[string]map[string]int // node → user → allowed probes in the last proof
+	last   map[string]NodeProof      // node → its last proof
+	now    func() time.Time
+}
+
+// NodeProof is what the last isolation proof of one node found.
+type NodeProof struct {
+	// Node is the node's address.
+	Node string
+	// At is when the proof ran.
+	At time.Time
+	// Users is how many tenant users the proof checked.
+	Users int
+	// Violations counts, per user, the forbidden commands the node allowed (users found
+	// allowed none are absent).
+	Violations map[string]int
+	// Err says why the node could not be asked; the counts are then those of an earlier proof.
+	Err string
+}
+
+// Last returns each node's last proof, by address: what an operator's view shows.
+func (p *Prover) Last() []NodeProof {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]NodeProof, 0, len(p.last))
+	for _, np := range p.last {
+		np.Violations = maps.Clone(np.Violations)
+		out = append(out, np)
+	}
+	slices.SortFunc(out, func(a, b NodeProof) int { return strings.Compare(a.Node, b.Node) })
+	return out
 }
 
 // Prove checks every tenant on every node in parallel. With full, ts is every tenant and what
@@ -221,12 +252,19 @@ func (p *Prover) Prove(ctx context.Context, nodes []acl.Node, ts []Tenant, full 
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.byNode == nil {
-		p.byNode = map[string]map[string]int{}
+		p.byNode, p.last = map[string]map[string]int{}, map[string]NodeProof{}
+	}
+	now := time.Now()
+	if p.now != nil {
+		now = p.now()
 	}
 	for _, r := range out {
 		if r.Err != nil {
 			metrics.Errors.WithLabelValues(metrics.OpCheck).Inc()
 			log.Error(r.Err, "isolation proof could not run on a node", "node", r.Node.Addr)
+			np := p.last[r.Node.Addr]
+			np.Node, np.At, np.Err = r.Node.Addr, now, "the node could not be asked"
+			p.last[r.Node.Addr] = np
 			continue
 		}
 		found := p.byNode[r.Node.Addr]
@@ -242,6 +280,7 @@ func (p *Prover) Prove(ctx context.Context, nodes []acl.Node, ts []Tenant, full 
 			probes[v.User] = append(probes[v.User], v.Probe)
 		}
 		p.byNode[r.Node.Addr] = found
+		p.last[r.Node.Addr] = NodeProof{Node: r.Node.Addr, At: now, Users: len(names), Violations: maps.Clone(found)}
 		total := 0
 		for _, c := range found {
 			total += c
