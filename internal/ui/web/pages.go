@@ -149,6 +149,20 @@ type overviewPage struct {
 	Targets   []inspect.Summary
 	Warnings  []eventRow
 	WarnNote  string
+	// Nodes are the Valkey nodes' last isolation proofs, for people who may list namespaces
+	// (the platform team); ProofsNote says why there are none.
+	Nodes      []nodeRow
+	ProofsNote string
+}
+
+// nodeRow is one Valkey node's last isolation proof.
+type nodeRow struct {
+	Node       string
+	At         time.Time
+	Users      int
+	Violations int
+	TooPowerful  []string
+	Err        string
 }
 
 // eventRow is one Warning Event.
@@ -184,7 +198,59 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request, p access.Perso
 	inspect.Sort(everything)
 	page.Attention, page.More = needingAttention(everything, 50)
 	page.Warnings, page.WarnNote = s.warnings(ctx, p, namespaces, 20)
+	page.Nodes, page.ProofsNote = s.nodes(ctx, p)
 	s.render(w, r, p, "overview", "Overview", "", page)
+}
+
+// nodes are the Valkey nodes' last isolation proofs, shown to people who may list namespaces:
+// node addresses are the platform's, not a tenant's, business.
+func (s *Server) nodes(ctx context.Context, p access.Person) ([]nodeRow, string) {
+	if s.b.Proofs == nil || !s.b.Access.Allowed(ctx, p, access.Check{Verb: "list", Resource: "namespaces"}) {
+		return nil, ""
+	}
+	var rows []nodeRow
+	for _, np := range s.b.Proofs.Last() {
+		row := nodeRow{Node: np.Node, At: np.At, Users: np.Users, Err: np.Err}
+		for user, n := range np.Violations {
+			row.Violations += n
+			row.TooPowerful = append(row.TooPowerful, user)
+		}
+		slices.Sort(row.TooPowerful)
+		rows = append(rows, row)
+	}
+	if len(rows) == 0 {
+		return nil, "no isolation proof on this replica yet: the elected leader runs them with each resync"
+	}
+	return rows, ""
+}
+
+// tenantProof sums up the last isolation proofs of a tenant's user across the nodes.
+type tenantProof struct {
+	Nodes      int
+	Last       time.Time
+	Violations int
+	Failed     int
+}
+
+func (s *Server) tenantProof(user string) *tenantProof {
+	if s.b.Proofs == nil {
+		return nil
+	}
+	var tp tenantProof
+	for _, np := range s.b.Proofs.Last() {
+		tp.Nodes++
+		if np.At.After(tp.Last) {
+			tp.Last = np.At
+		}
+		tp.Violations += np.Violations[user]
+		if np.Err != "" {
+			tp.Failed++
+		}
+	}
+	if tp.Nodes == 0 {
+		return nil
+	}
+	return &tp
 }
 
 // maxSites and maxEventNamespaces bound the overview for people who see many namespaces.
@@ -396,11 +462,13 @@ type tenantPage struct {
 	Namespace   string
 	Tenant      *inspect.Summary
 	TenantTrace []inspect.Link
-	Sites       []inspect.Summary
-	Targets     []inspect.Summary
-	Rules       []inspect.Summary
-	Warnings    []eventRow
-	WarnNote    string
+	// Proof sums up the last isolation proofs of the namespace's cache user.
+	Proof    *tenantProof
+	Sites    []inspect.Summary
+	Targets  []inspect.Summary
+	Rules    []inspect.Summary
+	Warnings []eventRow
+	WarnNote string
 }
 
 func (s *Server) tenant(w http.ResponseWriter, r *http.Request, p access.Person) {
@@ -435,6 +503,7 @@ func (s *Server) tenant(w http.ResponseWriter, r *http.Request, p access.Person)
 			t := inspect.Tenant(&n)
 			page.Tenant = &t
 			page.TenantTrace = inspect.TenantTrace(&n, true)
+			page.Proof = s.tenantProof(provision.Username(ns))
 		}
 	}
 	if !any {

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/time/rate"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/siteops/siteops/internal/tenant/resync"
 	"github.com/siteops/siteops/internal/ui/access"
 	"github.com/siteops/siteops/internal/ui/live"
 	"github.com/siteops/siteops/internal/waves/diagram"
@@ -41,11 +42,20 @@ type Backend struct {
 	As func(access.Person) (client.Client, error)
 	// Hub tells open pages of changes.
 	Hub *live.Hub
+	// Proofs, when set, tells each Valkey node's last isolation proof (the manager's tenant
+	// part, on the elected leader).
+	Proofs IsolationProofs
 	// Waves, when set, plans the waves of a repository's catalog (siteops ui --waves-repo).
 	Waves func(ctx context.Context) (*diagram.Graph, error)
 	// Commits, when set, tells the mirror's recent commits per GitTarget (the manager's mirror
 	// engine); without it a target's page shows its status only.
 	Commits CommitLog
+}
+
+// IsolationProofs is the tenant part's record of its isolation proofs.
+type IsolationProofs interface {
+	// Last returns each node's last proof.
+	Last() []resync.NodeProof
 }
 
 // CommitLog is the mirror's record of the commits it pushed lately.
