@@ -100,7 +100,8 @@ func (w *Writer) build(base plumbing.Hash, ops []Op, cmd *Command) (plumbing.Has
 	defer func() { w.store.tracking = false }()
 	w.built = w.built[:0]
 	w.sweeps = w.sweeps[:0]
-	w.commits, w.commandCommit = w.commits[:0], plumbing.ZeroHash
+	clear(w.made)
+	w.commits, w.commandCommit, w.made = w.commits[:0], plumbing.ZeroHash, w.made[:0]
 	parent := base
 	parentTree := rootTree
 	var all []appliedChange
@@ -168,6 +169,11 @@ func (w *Writer) build(base plumbing.Hash, ops []Op, cmd *Command) (plumbing.Has
 		w.commits = append(w.commits, h)
 		if claimed {
 			w.commandCommit = h
+		}
+		if w.cfg.OnCommits != nil {
+			ids, results := provenance(made)
+			w.made = append(w.made, PushedCommit{Hash: h, Author: author, Attribution: results, AuditIDs: ids,
+				Subject: subject(msg), Files: len(applied), Targets: targetsOf(made)})
 		}
 		parent, parentTree = h, tree
 		all = append(all, applied...)
@@ -280,6 +286,23 @@ func (w *Writer) apply(g *groupChanges, op *Op) error {
 		}
 	}
 	return nil
+}
+
+// subject is the first line of msg.
+func subject(msg string) string {
+	line, _, _ := strings.Cut(msg, "\n")
+	return strings.TrimSpace(line)
+}
+
+// targetsOf lists the distinct GitTarget UIDs of ops.
+func targetsOf(ops []*Op) []string {
+	var out []string
+	for _, op := range ops {
+		if op.Target != "" && !slices.Contains(out, op.Target) {
+			out = append(out, op.Target)
+		}
+	}
+	return out
 }
 
 // message is "[VERB] ref" for one change, and a summary with one line per change for a batch.

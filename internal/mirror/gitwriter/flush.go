@@ -3,6 +3,7 @@ package gitwriter
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -48,6 +49,13 @@ func (w *Writer) flush(ctx context.Context, ops []Op, cmd *Command) (CommandResu
 				log.Error(err, "forget the objects of earlier pushes")
 			}
 			metrics.Pushes.WithLabelValues("success").Inc()
+			if w.cfg.OnCommits != nil && len(w.made) > 0 {
+				made := slices.Clone(w.made)
+				for i := range made {
+					made[i].PushedAt = now
+				}
+				w.cfg.OnCommits(made)
+			}
 			w.setStatus(func(s *Status) {
 				s.LastPushedCommit, s.LastPushTime, s.LastError = newTip.String(), now, nil
 			})

@@ -92,3 +92,25 @@ type Pushed struct {
 	PushedAt time.Time
 	Commit   plumbing.Hash
 }
+
+// PushedCommit describes one commit of a successful push, for observers.
+type PushedCommit struct {
+	// Hash of the commit.
+	Hash plumbing.Hash
+	// Author the commit was authored as.
+	Author Signature
+	// Attribution holds the values of its Attribution trailer (the attribution results of its
+	// changes, such as exact_user or absent), strongest first.
+	Attribution []string
+	// AuditIDs holds the values of its Audit-ID trailer: the audit events its changes were
+	// attributed from, none when no change was.
+	AuditIDs []string
+	// Subject is the first line of its message.
+	Subject string
+	// Files counts the files it changed.
+	Files int
+	// Targets are the UIDs of the GitTargets whose changes it holds.
+	Targets []string
+	// PushedAt is when the push succeeded.
+	PushedAt time.Time
+}

@@ -37,16 +37,7 @@ func attributionOf(op Op) string {
 // event (a collection delete's items share one), one Attribution per distinct result (always
 // one, except in a commit closed by a CommitRequest, whose changes may differ), then Cluster.
 func (w *Writer) trailers(ops []*Op) string {
-	var ids, results []string
-	for _, op := range ops {
-		if id := trailerValue(op.Change.AuditID); id != "" && !slices.Contains(ids, id) {
-			ids = append(ids, id)
-		}
-		if r := attributionOf(*op); !slices.Contains(results, r) {
-			results = append(results, r)
-		}
-	}
-	slices.SortStableFunc(results, func(a, b string) int { return rank(a) - rank(b) })
+	ids, results := provenance(ops)
 	var b strings.Builder
 	for _, id := range ids {
 		b.WriteString(TrailerAuditID + ": " + id + "\n")
@@ -58,6 +49,21 @@ func (w *Writer) trailers(ops []*Op) string {
 		b.WriteString(TrailerCluster + ": " + c + "\n")
 	}
 	return b.String()
+}
+
+// provenance returns the distinct Audit-IDs of ops, in order, and their distinct attribution
+// results, strongest first: the values of a commit's Audit-ID and Attribution trailers.
+func provenance(ops []*Op) (ids, results []string) {
+	for _, op := range ops {
+		if id := trailerValue(op.Change.AuditID); id != "" && !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+		if r := attributionOf(*op); !slices.Contains(results, r) {
+			results = append(results, r)
+		}
+	}
+	slices.SortStableFunc(results, func(a, b string) int { return rank(a) - rank(b) })
+	return ids, results
 }
 
 func rank(result string) int {

@@ -2,9 +2,11 @@ package gitwriter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -179,5 +181,81 @@ func TestFindRequest(t *testing.T) {
 		if found, err := w.FindRequest(ctx, other); err != nil || found.Commit != "" {
 			t.Fatalf("FindRequest(%s) = %+v, %v; want nothing", other, found, err)
 		}
+	}
+}
+
+// TestOnCommitsTellsPushedCommits: OnCommits hears of each commit once its push succeeded, with
+// the author, trailers, subject, files and GitTargets the commit has; a push that failed tells
+// nothing.
+func TestOnCommitsTellsPushedCommits(t *testing.T) {
+	remote := testenv.GitRemote(t, servers.GitRemoteOptions{})
+	url, _ := remote.CreateRepo("oncommits", "main")
+	bare := remote.RepoDir("oncommits")
+	var mu sync.Mutex
+	var told [][]PushedCommit
+	w, _ := startWriter(t, Config{URL: url, Branch: "main", Committer: Signature{"Mirror", "mirror@example.com"}, Window: 300 * time.Millisecond,
+		RetryInterval: 100 * time.Millisecond, OnCommits: func(cs []PushedCommit) { mu.Lock(); told = append(told, cs); mu.Unlock() }})
+	ctx := context.Background()
+	told1 := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(told)
+	}
+	if err := w.Enqueue(ctx, upsert("ns/core/configmaps/first.yaml", "first\n", "0")); err != nil {
+		t.Fatal(err)
+	}
+	waitCommits(t, bare, 1)
+	testenv.Eventually(t, 5*time.Second, func() error {
+		if n := told1(); n != 1 {
+			return fmt.Errorf("told of %d pushes, want 1", n)
+		}
+		return nil
+	})
+	remote.SetFault(&servers.GitFault{Refuse: true})
+	alice := &Signature{"alice", "alice@example.com"}
+	other := upsert("ns/core/configmaps/c.yaml", "c\n", "3")
+	other.Target = "u"
+	for _, op := range []Op{
+		attributed("ns/core/configmaps/a.yaml", "1", "exact_user", "aaaaaaaa-0000-0000-0000-000000000001", alice),
+		attributed("ns/core/configmaps/b.yaml", "2", "exact_user", "aaaaaaaa-0000-0000-0000-000000000002", alice),
+		other,
+	} {
+		if err := w.Enqueue(ctx, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if w.Status().LastError == nil {
+			return errors.New("no push failed yet")
+		}
+		return nil
+	})
+	if n := told1(); n != 1 {
+		t.Fatalf("OnCommits was told of %d pushes, want the first only: every later push failed", n)
+	}
+	remote.SetFault(nil)
+	waitCommits(t, bare, 3)
+	hashes := strings.Fields(gitOut(t, "", "--git-dir", bare, "rev-list", "--reverse", "main"))[1:]
+	testenv.Eventually(t, 5*time.Second, func() error {
+		if n := told1(); n != 2 {
+			return fmt.Errorf("told of %d pushes, want 2", n)
+		}
+		return nil
+	})
+	mu.Lock()
+	cs := told[1]
+	mu.Unlock()
+	if len(cs) != 2 {
+		t.Fatalf("told of %d commits, want 2: %+v", len(cs), cs)
+	}
+	first, second := cs[0], cs[1]
+	if first.Hash.String() != hashes[0] || first.Author != *alice || strings.Join(first.Attribution, ",") != "exact_user" ||
+		strings.Join(first.AuditIDs, ",") != "aaaaaaaa-0000-0000-0000-000000000001,aaaaaaaa-0000-0000-0000-000000000002" ||
+		first.Subject != "[BATCH] 2 changes (2 create)" || first.Files != 2 || strings.Join(first.Targets, ",") != "t" || first.PushedAt.IsZero() {
+		t.Errorf("first commit %+v, want alice's batch %s", first, hashes[0])
+	}
+	if second.Hash.String() != hashes[1] || second.Author != (Signature{"Mirror", "mirror@example.com"}) || strings.Join(second.Attribution, ",") != AttributionAbsent ||
+		len(second.AuditIDs) != 0 || second.Subject != "[CREATE] v1/configmaps/ns/c" || second.Files != 1 || strings.Join(second.Targets, ",") != "u" {
+		t.Errorf("second commit %+v, want the committer's %s", second, hashes[1])
 	}
 }

@@ -85,6 +85,10 @@ type Config struct {
 	Cursors CursorRecorder
 	// OnPushed, when set, is called with every change of each successful push.
 	OnPushed func([]Pushed)
+	// OnCommits, when set, is called with the commits of each successful push, oldest first,
+	// before the writer's status says the push happened. It runs on the writer's goroutine and
+	// must not block.
+	OnCommits func([]PushedCommit)
 }
 
 // Status is a snapshot of a Writer's state.
@@ -127,6 +131,8 @@ type Writer struct {
 	// carries a command's message.
 	commits       []plumbing.Hash
 	commandCommit plumbing.Hash
+	// made describes the commits of the current build, for OnCommits.
+	made []PushedCommit
 
 	// commands carries CloseWindow requests to Run; stopped is closed when Run returns.
 	commands chan commandRequest
