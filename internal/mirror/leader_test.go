@@ -136,6 +136,14 @@ func TestShardsMirrorTheirTargetsAndHandOver(t *testing.T) {
 		t.Fatalf("main runs main=%v moving=%v; shard a runs main=%v moving=%v; want each its own",
 			running(engMain, mainKey), running(engMain, movingKey), running(engA, mainKey), running(engA, movingKey))
 	}
+	// Each instance records the commits it pushed for its own targets.
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if len(engA.Commits().Recent(f.ns, "moving", 0)) == 0 || len(engMain.Commits().Recent(f.ns, "main", 0)) == 0 {
+			return fmt.Errorf("shard a records %d commits of moving, the main instance %d of main",
+				len(engA.Commits().Recent(f.ns, "moving", 0)), len(engMain.Commits().Recent(f.ns, "main", 0)))
+		}
+		return nil
+	})
 	for _, rule := range []string{"to-main", "to-moving"} {
 		testenv.Eventually(t, 30*time.Second, func() error {
 			var wr mirrorv1alpha1.WatchRule
@@ -174,4 +182,16 @@ func TestShardsMirrorTheirTargetsAndHandOver(t *testing.T) {
 	if got := f.files(t, "moving/"+f.ns+"/core/configmaps"); len(got) != 3 {
 		t.Errorf("the moved target holds %v, want one, two and three", got)
 	}
+	// Shard a forgot the commits of the target it handed over; the main instance records the
+	// target's pushes from then on.
+	if got := engA.Commits().Recent(f.ns, "moving", 0); len(got) != 0 {
+		t.Errorf("shard a still keeps %d commits of the target it handed over", len(got))
+	}
+	head := f.git(t, "rev-parse", "main")
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if got := engMain.Commits().Recent(f.ns, "moving", 1); len(got) != 1 || got[0].Hash != head {
+			return fmt.Errorf("the main instance's newest commit of the moved target is %+v, want %s", got, head)
+		}
+		return nil
+	})
 }

@@ -304,7 +304,8 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	return err
 }
 
-// SetupWithEngine is Setup returning the engine, for tests and benchmarks that adjust it.
+// SetupWithEngine is Setup returning the engine: for the manager, which hands the engine's
+// commit record (Engine.Commits) to the UI, and for tests and benchmarks that adjust it.
 func SetupWithEngine(mgr ctrl.Manager, o Options) (*engine.Engine, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err

@@ -205,13 +205,13 @@ func (r *GitTargetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	var target mirrorv1alpha1.GitTarget
 	if err := r.Client.Get(ctx, req.NamespacedName, &target); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.Engine.Remove(req.NamespacedName)
+			r.Engine.Forget(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
 	}
 	if !target.DeletionTimestamp.IsZero() || !r.Shard.Owns(&target) {
-		r.Engine.Remove(req.NamespacedName)
+		r.Engine.Forget(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 	if target.Spec.Suspend {

@@ -180,13 +180,18 @@ type Engine struct {
 	gates map[string]<-chan struct{}
 	// stopping counts the runners stopping in the background.
 	stopping sync.WaitGroup
+	// commits records what the writers pushed, per target.
+	commits *CommitLog
 }
 
 // New returns an engine reading with dyn and keeping cursors in cursors (nil: no cursors).
 func New(dyn dynamic.Interface, cursors CursorStore) *Engine {
 	return &Engine{dyn: dyn, cursors: cursors, started: make(chan struct{}), targets: map[types.NamespacedName]*targetRun{}, writers: map[string]*writerRun{},
-		gates: map[string]<-chan struct{}{}}
+		gates: map[string]<-chan struct{}{}, commits: NewCommitLog(CommitsPerTarget, CommitsTotal)}
 }
+
+// Commits returns the record of the commits the engine's writers pushed lately, per GitTarget.
+func (e *Engine) Commits() *CommitLog { return e.commits }
 
 // NeedLeaderElection makes only the leader run watches and writers.
 func (e *Engine) NeedLeaderElection() bool { return true }
@@ -254,6 +259,7 @@ func (e *Engine) Apply(target types.NamespacedName, spec TargetSpec) error {
 		e.targets[target] = t
 	}
 	t.spec, t.writer = spec, wk
+	e.commits.track(target, spec.UID)
 
 	wr := e.writers[wk]
 	desired := spec.Writer
@@ -302,6 +308,15 @@ func (e *Engine) Remove(target types.NamespacedName) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.removeLocked(target)
+}
+
+// Forget is Remove for a GitTarget that was deleted or left this shard: its commits are dropped
+// from the record too, and commits its writer still pushes are not recorded.
+func (e *Engine) Forget(target types.NamespacedName) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.removeLocked(target)
+	e.commits.forget(target)
 }
 
 func (e *Engine) removeLocked(target types.NamespacedName) {

@@ -112,7 +112,7 @@ func (e *Engine) startWriter(key string, spec WriterSpec) *writerRun {
 // launchWriter starts wr's writer once the previous writer of its key stopped.
 func (e *Engine) launchWriter(wr *writerRun) {
 	cfg := gitwriter.Config{URL: wr.spec.URL, Branch: wr.spec.Branch, Auth: wr.spec.Auth, Committer: wr.spec.Committer, Window: wr.spec.Window, Signer: wr.spec.Signer,
-		StopTimeout: e.stopTimeout()}
+		StopTimeout: e.stopTimeout(), OnCommits: e.commits.record}
 	if e.cursors != nil {
 		cfg.Cursors = e.cursors
 	}
