@@ -310,7 +310,15 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	setups := map[string]func() error{
 		PartDecofile: func() error { return decofile.Setup(mgr, o.Decofile) },
 		PartTenant:   func() error { return tenant.Setup(mgr, o.tenantWithMirrorReserved()) },
-		PartMirror:   func() error { return mirror.Setup(mgr, o.mirrorOptions()) },
+		PartMirror: func() error {
+			eng, err := mirror.SetupWithEngine(mgr, o.mirrorOptions())
+			if err != nil {
+				return err
+			}
+			// GitTarget pages show the commits this replica's engine pushed.
+			o.UI.Commits = ui.MirrorCommits(eng.Commits())
+			return nil
+		},
 	}
 	for _, part := range Parts {
 		if !o.Enabled(part) {

@@ -44,6 +44,9 @@ type Options struct {
 	ProxyCAFile string
 	// ProxyNames, when set, are the accepted common names of the proxy's client certificate.
 	ProxyNames []string
+	// Commits, when set, tells GitTarget pages the mirror's recent commits (the manager sets
+	// it to MirrorCommits when it runs the mirror part).
+	Commits web.CommitLog
 }
 
 // Enabled reports whether the UI is to be served.
@@ -94,7 +97,7 @@ func Setup(mgr manager.Manager, o Options) error {
 	}
 	authz := access.NewAuthorizer(access.SubjectReviewer{Client: sysClient}, 0)
 	hub := live.NewHub(authz, web.Checks())
-	b := web.Backend{Objects: mgr.GetCache(), Access: authz, Hub: hub, As: impersonating(mgr)}
+	b := web.Backend{Objects: mgr.GetCache(), Access: authz, Hub: hub, As: impersonating(mgr), Commits: o.Commits}
 	log := slog.New(logr.ToSlogHandler(ctrl.Log.WithName("ui")))
 	srv, err := web.New(b, web.Options{Authenticator: access.Proxy{Names: o.ProxyNames}, SecureCookies: true, Log: log})
 	if err != nil {

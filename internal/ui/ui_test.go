@@ -42,7 +42,12 @@ type env struct {
 // the manager's options first.
 func startUI(t *testing.T, also ...func(*manager.Options)) *env {
 	t.Helper()
-	c := testenv.APIServer(t)
+	return startUIOn(t, testenv.APIServer(t), also...)
+}
+
+// startUIOn is startUI against the API server c.
+func startUIOn(t *testing.T, c *testenv.Cluster, also ...func(*manager.Options)) *env {
+	t.Helper()
 	e := &env{c: c, mtls: testenv.NewMTLS(t, "ui-proxy", "127.0.0.1"), uiAddr: testenv.FreeLoopbackAddr(t)}
 	o := manager.DefaultOptions()
 	o.Controllers = []string{manager.PartDecofile}
