@@ -121,6 +121,7 @@ var funcs = template.FuncMap{
 	"lower":   strings.ToLower,
 	"states":  func() []inspect.State { return states },
 	"timeptr": func(t time.Time) *time.Time { return &t },
+	"short":   shortHash,
 }
 
 // parsePages parses each page with the shared layout.
