@@ -29,8 +29,8 @@ type Browser struct {
 
 // NewBrowser starts Debian's Chromium headless at 1280×800 with a fresh profile, for as long as
 // the test runs. Without Chromium it skips the test, or fails it under CI, where make test-deps
-// installs it.
-func NewBrowser(t testing.TB) *Browser {
+// installs it. extra are more Chromium options (TrustCertificates).
+func NewBrowser(t testing.TB, extra ...chromedp.ExecAllocatorOption) *Browser {
 	t.Helper()
 	path, err := exec.LookPath(ChromiumPath)
 	if err != nil {
@@ -46,6 +46,7 @@ func NewBrowser(t testing.TB) *Browser {
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true),
 	}
+	opts = append(opts, extra...)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
 	b := &Browser{Ctx: ctx}
