@@ -309,7 +309,12 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	o.Decofile.Shard, o.Tenant.Shard, o.Mirror.Shard = sel, sel, sel
 	setups := map[string]func() error{
 		PartDecofile: func() error { return decofile.Setup(mgr, o.Decofile) },
-		PartTenant:   func() error { return tenant.Setup(mgr, o.tenantWithMirrorReserved()) },
+		PartTenant: func() error {
+			prover, err := tenant.SetupWithProver(mgr, o.tenantWithMirrorReserved())
+			// The overview and namespace pages show the nodes' last isolation proofs.
+			o.UI.Proofs = prover
+			return err
+		},
 		PartMirror: func() error {
 			eng, err := mirror.SetupWithEngine(mgr, o.mirrorOptions())
 			if err != nil {

@@ -47,6 +47,9 @@ type Options struct {
 	// Commits, when set, tells GitTarget pages the mirror's recent commits (the manager sets
 	// it to MirrorCommits when it runs the mirror part).
 	Commits web.CommitLog
+	// Proofs, when set, tells the pages each Valkey node's last isolation proof (the manager
+	// sets it when it runs the tenant part).
+	Proofs web.IsolationProofs
 }
 
 // Enabled reports whether the UI is to be served.
@@ -98,6 +101,9 @@ func Setup(mgr manager.Manager, o Options) error {
 	authz := access.NewAuthorizer(access.SubjectReviewer{Client: sysClient}, 0)
 	hub := live.NewHub(authz, web.Checks())
 	b := web.Backend{Objects: mgr.GetCache(), Access: authz, Hub: hub, As: impersonating(mgr), Commits: o.Commits}
+	if o.Proofs != nil {
+		b.Proofs = o.Proofs
+	}
 	log := slog.New(logr.ToSlogHandler(ctrl.Log.WithName("ui")))
 	srv, err := web.New(b, web.Options{Authenticator: access.Proxy{Names: o.ProxyNames}, SecureCookies: true, Log: log})
 	if err != nil {
