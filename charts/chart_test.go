@@ -71,7 +71,9 @@ var secretFlags = map[string]string{
 // computedFlags are value keys that are null by default because the chart fills them from the
 // release (names and namespace) or, for the web UI's, from the ui values.
 var computedFlags = []string{"webhook-cert-hosts", "webhook-ca-secret", "leader-election-namespace", "secret-hash-key-secret",
-	"ui-bind-address", "ui-cert-dir", "ui-proxy-ca-file", "ui-proxy-names"}
+	"ui-bind-address", "ui-cert-dir", "ui-proxy-ca-file", "ui-proxy-names",
+	"ui-oidc-issuer-url", "ui-oidc-client-id", "ui-oidc-client-secret-file", "ui-oidc-redirect-url", "ui-oidc-username-claim",
+	"ui-oidc-groups-claim", "ui-oidc-username-prefix", "ui-oidc-groups-prefix", "ui-oidc-cookie-secret-file", "ui-oidc-ca-file"}
 
 // managerFlags is the manager's real flag set with its defaults.
 func managerFlags() (*pflag.FlagSet, *manager.Options) {

@@ -111,6 +111,16 @@ func valuesSchema() map[string]any {
 				"certSecret":    map[string]any{"type": "string", "description": "kubernetes.io/tls Secret with the UI's serving certificate; required with enabled"},
 				"proxyCASecret": map[string]any{"type": "string", "description": "Secret whose ca.crt is the CA of the proxy's client certificate; required with enabled"},
 				"proxyNames":    map[string]any{"type": "array", "items": map[string]any{"type": "string", "minLength": 1}},
+				"oidc": map[string]any{"type": "object", "additionalProperties": false, "properties": map[string]any{
+					"issuerURL":      map[string]any{"type": "string", "pattern": "^(https://.+)?$", "description": "the OpenID Connect issuer people sign in with; empty: none"},
+					"clientID":       map[string]any{"type": "string"},
+					"redirectURL":    map[string]any{"type": "string", "pattern": "^(https://.+/auth/callback)?$"},
+					"secret":         map[string]any{"type": "string", "description": "Secret with the keys client-secret and cookie-secret; required with issuerURL"},
+					"usernameClaim":  map[string]any{"type": "string", "minLength": 1},
+					"groupsClaim":    map[string]any{"type": "string", "minLength": 1},
+					"usernamePrefix": map[string]any{"type": "string"},
+					"groupsPrefix":   map[string]any{"type": "string"},
+				}},
 				"service": map[string]any{"type": "object", "additionalProperties": false, "properties": map[string]any{
 					"type": map[string]any{"enum": []string{"ClusterIP", "NodePort", "LoadBalancer"}},
 					"port": map[string]any{"type": "integer", "minimum": 1, "maximum": 65535},

@@ -26,6 +26,7 @@ import (
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"github.com/siteops/siteops/internal/manager"
 	"github.com/siteops/siteops/internal/testenv"
+	"github.com/siteops/siteops/internal/ui"
 )
 
 // uiOn turns the web UI on with its two required Secrets.
@@ -218,9 +219,13 @@ func TestUIRendersWhenEnabled(t *testing.T) {
 // work, naming the value to set.
 func TestUIValuesRefused(t *testing.T) {
 	for doc, want := range map[string]string{
-		"ui: {enabled: true, proxyCASecret: ca}":                                             "ui.certSecret is required",
-		"ui: {enabled: true, certSecret: tls}":                                               "ui.proxyCASecret is required",
-		`flags: {ui-bind-address: ":9446"}`:                                                  "ui.enabled is false",
+		"ui: {enabled: true, proxyCASecret: ca}":            "ui.certSecret is required",
+		"ui: {enabled: true, certSecret: tls}":              "ui.proxyCASecret or ui.oidc.issuerURL is required",
+		oidcOn("clientID: ''"):                              "ui.oidc.clientID is required",
+		oidcOn("secret: ''"):                                "ui.oidc.secret is required",
+		oidcOn("redirectURL: https://siteops.example.com/"): "/ui/oidc/redirectURL",
+		oidcOn("redirectURL: ''"):                           "ui.oidc.redirectURL is required",
+		`flags: {ui-bind-address: ":9446"}`:                 "ui.enabled is false",
 		auditOn("{}") + "\nui: {enabled: true, certSecret: a, proxyCASecret: b, port: 9444}": "flags.audit-listen-address",
 		uiOn + "\nflags: {ui-bind-address: \"0\"}":                                           "turns the UI off",
 		uiOn + "\nflags: {webhook-port: 9446}":                                               "flags.webhook-port",
@@ -233,6 +238,70 @@ func TestUIValuesRefused(t *testing.T) {
 	// Certificates mounted by hand (extraVolumes) are named by their flags instead.
 	if _, err := newInstall("siteops", namespace).Run(loadChart(t), values(t, "ui: {enabled: true}\nflags: {ui-cert-dir: /certs, ui-proxy-ca-file: /ca/ca.crt}")); err != nil {
 		t.Errorf("ui with its flags set: %v", err)
+	}
+}
+
+// oidcOn turns the web UI on with OIDC sign-in alone; more are YAML keys of ui.oidc that
+// replace the complete ones.
+func oidcOn(more ...string) string {
+	return "ui: {enabled: true, certSecret: siteops-ui-tls, oidc: {issuerURL: https://dex.example.com, clientID: siteops, " +
+		"redirectURL: https://siteops.example.com/auth/callback, secret: siteops-ui-oidc, groupsPrefix: 'oidc:'" + strings.Join(append([]string{""}, more...), ", ") + "}}"
+}
+
+// TestUIOIDCRenders: with ui.oidc the main instance (not a shard) passes the OIDC flags, the
+// client and cookie secrets as files of the mounted Secret, and no proxy CA, which OIDC does not
+// need; beside ui.proxyCASecret both are passed. The manager accepts both flag sets, and the
+// notes say where people sign in.
+func TestUIOIDCRenders(t *testing.T) {
+	m := render(t, "siteops", namespace, values(t, oidcOn()+"\nshards: [shard1]"))
+	ds := deploymentsByName(t, m)
+	d, sh := ds["siteops-manager"], ds["siteops-manager-shard1"]
+	fs, o := parseArgs(t, d)
+	if err := o.UI.Validate(); err != nil || !o.UI.Enabled() {
+		t.Fatalf("the manager would not serve the UI with the rendered flags %q: %v", uiArgs(d), err)
+	}
+	want := ui.OIDCOptions{IssuerURL: "https://dex.example.com", ClientID: "siteops", RedirectURL: "https://siteops.example.com/auth/callback",
+		ClientSecretFile: "/etc/siteops/ui/oidc/client-secret", CookieSecretFile: "/etc/siteops/ui/oidc/cookie-secret",
+		UsernameClaim: "email", GroupsClaim: "groups", GroupsPrefix: "oidc:"}
+	if o.UI.OIDC != want {
+		t.Errorf("OIDC options %+v, want %+v", o.UI.OIDC, want)
+	}
+	if fs.Changed("ui-proxy-ca-file") || fs.Changed("ui-oidc-username-prefix") || fs.Changed("ui-oidc-ca-file") {
+		t.Errorf("flags passed that no value asked for: %q", uiArgs(d))
+	}
+	v := volumeAt(d, "/etc/siteops/ui/oidc")
+	if v == nil || v.Secret == nil || v.Secret.SecretName != "siteops-ui-oidc" || len(v.Secret.Items) != 2 ||
+		v.Secret.Items[0].Key != "client-secret" || v.Secret.Items[1].Key != "cookie-secret" {
+		t.Errorf("at /etc/siteops/ui/oidc the manager mounts %+v, want Secret siteops-ui-oidc's client-secret and cookie-secret", v)
+	}
+	if a := uiArgs(sh); len(a) != 0 {
+		t.Errorf("shard1 is passed UI flags: %q", a)
+	}
+	for _, v := range sh.Spec.Template.Spec.Volumes {
+		if strings.HasPrefix(v.Name, "ui-") {
+			t.Errorf("shard1 mounts %s", v.Name)
+		}
+	}
+
+	// Beside the proxy.
+	both := render(t, "siteops", namespace, values(t, oidcOn()+"\nflags: {ui-oidc-ca-file: /etc/dex-ca/ca.crt}"))
+	fs, o = parseArgs(t, both.deployment(t))
+	_ = fs
+	if err := o.UI.Validate(); err != nil || o.UI.OIDC.CAFile != "/etc/dex-ca/ca.crt" {
+		t.Errorf("OIDC with the issuer's CA: %v, CA %q", err, o.UI.OIDC.CAFile)
+	}
+	withProxy := strings.Replace(oidcOn(), "certSecret: siteops-ui-tls,", "certSecret: siteops-ui-tls, proxyCASecret: siteops-ui-proxy-ca,", 1)
+	fs, o = parseArgs(t, render(t, "siteops", namespace, values(t, withProxy)).deployment(t))
+	if err := o.UI.Validate(); err != nil || !fs.Changed("ui-proxy-ca-file") || o.UI.OIDC.IssuerURL == "" {
+		t.Errorf("OIDC beside the proxy: %v, proxy CA %q, issuer %q", err, o.UI.ProxyCAFile, o.UI.OIDC.IssuerURL)
+	}
+
+	rel, err := newInstall("siteops", namespace).Run(loadChart(t), values(t, oidcOn()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rel.Info.Notes; !strings.Contains(n, "https://dex.example.com") || !strings.Contains(n, "open https://siteops.example.com/") || strings.Contains(n, "proxyNames") {
+		t.Errorf("notes do not say where people sign in, or speak of a proxy there is none of:\n%s", n)
 	}
 }
 

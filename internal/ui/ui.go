@@ -1,9 +1,11 @@
 // Package ui runs the siteops web UI: in the manager, for people an authenticating proxy vouches
-// for (reads from the manager's shared cache, filtered by SubjectAccessReviews; actions by
-// impersonation), and locally with `siteops ui`, as the kubeconfig's user.
+// for or who sign in with OIDC (reads from the manager's shared cache, filtered by
+// SubjectAccessReviews; actions by impersonation), and locally with `siteops ui`, as the
+// kubeconfig's user.
 package ui
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -44,12 +46,35 @@ type Options struct {
 	ProxyCAFile string
 	// ProxyNames, when set, are the accepted common names of the proxy's client certificate.
 	ProxyNames []string
+	// OIDC, when its IssuerURL is set, signs people in with an OpenID Connect issuer directly;
+	// beside ProxyCAFile, connections with the proxy's certificate still use its headers.
+	OIDC OIDCOptions
 	// Commits, when set, tells GitTarget pages the mirror's recent commits (the manager sets
 	// it to MirrorCommits when it runs the mirror part).
 	Commits web.CommitLog
 	// Proofs, when set, tells the pages each Valkey node's last isolation proof (the manager
 	// sets it when it runs the tenant part).
 	Proofs web.IsolationProofs
+}
+
+// OIDCOptions configure signing in with OIDC (access.OIDC); the claims and prefixes are
+// kube-apiserver's --oidc-* flags, so the UI's people are the API server's.
+type OIDCOptions struct {
+	// IssuerURL is the issuer (https).
+	IssuerURL string
+	// ClientID is the UI's client at the issuer; ClientSecretFile holds its secret.
+	ClientID, ClientSecretFile string
+	// RedirectURL is https://<the UI's host>/auth/callback, registered at the issuer.
+	RedirectURL string
+	// UsernameClaim (default "email") and GroupsClaim (default "groups") name the person.
+	UsernameClaim, GroupsClaim string
+	// UsernamePrefix and GroupsPrefix are put before the user name and each group.
+	UsernamePrefix, GroupsPrefix string
+	// CookieSecretFile holds the secret the session cookies are sealed with (at least 32 bytes).
+	CookieSecretFile string
+	// CAFile, when set, holds the CA certificates the issuer's certificate is verified against,
+	// instead of the system's.
+	CAFile string
 }
 
 // Enabled reports whether the UI is to be served.
@@ -60,10 +85,46 @@ func (o Options) Validate() error {
 	if !o.Enabled() {
 		return nil
 	}
-	if o.CertDir == "" || o.ProxyCAFile == "" {
-		return errors.New("--ui-bind-address needs --ui-cert-dir and --ui-proxy-ca-file: the UI serves only people an authenticating proxy vouches for, over mTLS")
+	var errs []error
+	if o.CertDir == "" {
+		errs = append(errs, errors.New("--ui-bind-address needs --ui-cert-dir: the UI serves HTTPS only"))
 	}
-	return nil
+	if o.ProxyCAFile == "" && o.OIDC.IssuerURL == "" {
+		errs = append(errs, errors.New("--ui-bind-address needs --ui-proxy-ca-file (people an authenticating proxy vouches for, over mTLS), --ui-oidc-issuer-url (people sign in with OIDC), or both: the UI serves no one anonymously"))
+	}
+	return errors.Join(append(errs, o.OIDC.validate())...)
+}
+
+// validate says which OIDC flag is missing or wrong.
+func (o OIDCOptions) validate() error {
+	if o.IssuerURL == "" {
+		for _, f := range []struct{ flag, v string }{{"--ui-oidc-client-id", o.ClientID}, {"--ui-oidc-client-secret-file", o.ClientSecretFile},
+			{"--ui-oidc-redirect-url", o.RedirectURL}, {"--ui-oidc-cookie-secret-file", o.CookieSecretFile}} {
+			if f.v != "" {
+				return fmt.Errorf("%s is set without --ui-oidc-issuer-url: set the issuer to sign people in with OIDC", f.flag)
+			}
+		}
+		return nil
+	}
+	var errs []error
+	if err := access.ValidateIssuerURL(o.IssuerURL); err != nil {
+		errs = append(errs, fmt.Errorf("--ui-oidc-issuer-url: %w", err))
+	}
+	if o.ClientID == "" {
+		errs = append(errs, errors.New("--ui-oidc-issuer-url needs --ui-oidc-client-id: the UI's client at the issuer"))
+	}
+	if o.ClientSecretFile == "" {
+		errs = append(errs, errors.New("--ui-oidc-issuer-url needs --ui-oidc-client-secret-file: a file holding the client's secret"))
+	}
+	if o.RedirectURL == "" {
+		errs = append(errs, errors.New("--ui-oidc-issuer-url needs --ui-oidc-redirect-url: https://<the UI's host>/auth/callback, as registered at the issuer"))
+	} else if err := access.ValidateRedirectURL(o.RedirectURL); err != nil {
+		errs = append(errs, fmt.Errorf("--ui-oidc-redirect-url: %w", err))
+	}
+	if o.CookieSecretFile == "" {
+		errs = append(errs, errors.New("--ui-oidc-issuer-url needs --ui-oidc-cookie-secret-file: a file of at least 32 random bytes sealing the session cookies (head -c 32 /dev/urandom | base64)"))
+	}
+	return errors.Join(errs...)
 }
 
 // watched are the kinds whose changes reach open pages, one shared informer each.
@@ -90,7 +151,8 @@ func Setup(mgr manager.Manager, o Options) error {
 	if err := mgr.Add(cw); err != nil {
 		return err
 	}
-	pool, err := caPool(o.ProxyCAFile)
+	log := slog.New(logr.ToSlogHandler(ctrl.Log.WithName("ui")))
+	authn, login, certs, err := authentication(o, log)
 	if err != nil {
 		return err
 	}
@@ -104,18 +166,28 @@ func Setup(mgr manager.Manager, o Options) error {
 	if o.Proofs != nil {
 		b.Proofs = o.Proofs
 	}
-	log := slog.New(logr.ToSlogHandler(ctrl.Log.WithName("ui")))
-	srv, err := web.New(b, web.Options{Authenticator: access.Proxy{Names: o.ProxyNames}, SecureCookies: true, Log: log})
+	wo := web.Options{Authenticator: authn, SecureCookies: true, Log: log}
+	if login != nil {
+		wo.Login = login.Handler()
+	}
+	srv, err := web.New(b, wo)
 	if err != nil {
 		return err
 	}
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: cw.GetCertificate,
-		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool}
+		ClientAuth: certs.mode, ClientCAs: certs.pool}
 	return mgr.Add(runnable(func(ctx context.Context) error {
 		if err := feed(ctx, mgr.GetCache(), hub); err != nil {
 			return err
 		}
 		go func() { _ = hub.Run(ctx) }()
+		if login != nil {
+			go func() {
+				if err := login.Discover(ctx); err != nil {
+					log.Warn("the OIDC issuer does not answer yet: sign-ins fail until it does", "err", err)
+				}
+			}()
+		}
 		ln, err := net.Listen("tcp", o.BindAddress)
 		if err != nil {
 			return fmt.Errorf("UI: listen on %s: %w", o.BindAddress, err)
@@ -125,6 +197,84 @@ func Setup(mgr manager.Manager, o Options) error {
 		ctrl.Log.WithName("ui").Info("serving the UI", "address", ln.Addr().String())
 		return srv.Run(ctx, hs, func() error { return hs.ServeTLS(ln, "", "") })
 	}))
+}
+
+// clientCerts is what the UI's TLS server asks of clients.
+type clientCerts struct {
+	mode tls.ClientAuthType
+	pool *x509.CertPool
+}
+
+// authentication returns who the UI believes: the proxy alone (it must present its client
+// certificate), OIDC alone (no client certificate asked), or both (a verified certificate
+// means the proxy; anyone else must hold a session).
+func authentication(o Options, log *slog.Logger) (access.Authenticator, *access.OIDC, clientCerts, error) {
+	var certs clientCerts
+	if o.ProxyCAFile != "" {
+		pool, err := caPool(o.ProxyCAFile)
+		if err != nil {
+			return nil, nil, certs, err
+		}
+		certs = clientCerts{tls.RequireAndVerifyClientCert, pool}
+	}
+	proxy := access.Proxy{Names: o.ProxyNames}
+	if o.OIDC.IssuerURL == "" {
+		return proxy, nil, certs, nil
+	}
+	login, err := newOIDC(o.OIDC, log)
+	if err != nil {
+		return nil, nil, certs, err
+	}
+	if o.ProxyCAFile == "" {
+		return login, login, clientCerts{mode: tls.NoClientCert}, nil
+	}
+	certs.mode = tls.VerifyClientCertIfGiven
+	return access.ProxyOr{Proxy: proxy, Else: login}, login, certs, nil
+}
+
+// newOIDC reads the OIDC secrets and the issuer's CA.
+func newOIDC(o OIDCOptions, log *slog.Logger) (*access.OIDC, error) {
+	clientSecret, err := readSecret(o.ClientSecretFile, "--ui-oidc-client-secret-file")
+	if err != nil {
+		return nil, err
+	}
+	cookieSecret, err := readSecret(o.CookieSecretFile, "--ui-oidc-cookie-secret-file")
+	if err != nil {
+		return nil, err
+	}
+	var hc *http.Client
+	if o.CAFile != "" {
+		pem, err := os.ReadFile(o.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("--ui-oidc-ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--ui-oidc-ca-file %s holds no PEM certificate", o.CAFile)
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
+		hc = &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	}
+	login, err := access.NewOIDC(access.OIDCConfig{IssuerURL: o.IssuerURL, ClientID: o.ClientID, ClientSecret: string(clientSecret),
+		RedirectURL: o.RedirectURL, UsernameClaim: o.UsernameClaim, GroupsClaim: o.GroupsClaim, UsernamePrefix: o.UsernamePrefix,
+		GroupsPrefix: o.GroupsPrefix, CookieSecret: cookieSecret, HTTPClient: hc, Log: log})
+	if err != nil {
+		return nil, fmt.Errorf("UI OIDC sign-in: %w", err)
+	}
+	return login, nil
+}
+
+// readSecret reads a secret from file, without the white space around it.
+func readSecret(file, flag string) ([]byte, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	if b = bytes.TrimSpace(b); len(b) == 0 {
+		return nil, fmt.Errorf("%s: %s is empty", flag, file)
+	}
+	return b, nil
 }
 
 // impersonating returns clients that act as a person: the API server authorizes each action

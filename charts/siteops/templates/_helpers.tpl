@@ -60,7 +60,7 @@ main instance takes the objects without the label. */}}
 {{- $_ := set $flags "watch-label-selector" (printf "sharding.siteops.dev/key=%s" .shard) -}}
 {{- $_ := set $flags "shard-name" .shard -}}
 {{- $_ := set $flags "leader-election-id" (printf "%s.%s" .shard (index $flags "leader-election-id")) -}}
-{{- range $name := list "ui-bind-address" "ui-cert-dir" "ui-proxy-ca-file" "ui-proxy-names" -}}
+{{- range $name := concat (list "ui-bind-address" "ui-cert-dir" "ui-proxy-ca-file" "ui-proxy-names") (include "siteops.uiOIDCFlags" .root | fromJsonArray) -}}
 {{- $_ := unset $flags $name -}}
 {{- end -}}
 {{- else if and .root.Values.shards (not (index $flags "watch-label-selector")) -}}
@@ -167,6 +167,20 @@ main instance takes the objects without the label. */}}
 {{- if and (kindIs "invalid" (index $flags "ui-proxy-names")) .Values.ui.proxyNames -}}
 {{- $_ := set $flags "ui-proxy-names" .Values.ui.proxyNames -}}
 {{- end -}}
+{{- with .Values.ui.oidc -}}
+{{- if .issuerURL -}}
+{{- $from := dict "ui-oidc-issuer-url" .issuerURL "ui-oidc-client-id" .clientID "ui-oidc-redirect-url" .redirectURL "ui-oidc-username-claim" .usernameClaim "ui-oidc-groups-claim" .groupsClaim "ui-oidc-username-prefix" .usernamePrefix "ui-oidc-groups-prefix" .groupsPrefix -}}
+{{- if .secret -}}
+{{- $_ := set $from "ui-oidc-client-secret-file" (printf "%s/client-secret" (include "siteops.uiOIDCDir" $)) -}}
+{{- $_ := set $from "ui-oidc-cookie-secret-file" (printf "%s/cookie-secret" (include "siteops.uiOIDCDir" $)) -}}
+{{- end -}}
+{{- range $name, $v := $from -}}
+{{- if and (kindIs "invalid" (index $flags $name)) $v -}}
+{{- $_ := set $flags $name $v -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- toJson $flags -}}
 {{- end -}}
@@ -261,6 +275,16 @@ k, M, G, Ki, Mi or Gi); empty without a memory limit.
 {{/* Where the UI's serving certificate (ui.certSecret) and the proxy CA (ui.proxyCASecret) are mounted. */}}
 {{- define "siteops.uiCertDir" -}}/etc/siteops/ui/serving{{- end -}}
 {{- define "siteops.uiProxyCADir" -}}/etc/siteops/ui/proxy-ca{{- end -}}
+{{- define "siteops.uiOIDCDir" -}}/etc/siteops/ui/oidc{{- end -}}
+
+{{/* The flags of OIDC sign-in, as a JSON list: a shard passes none. */}}
+{{- define "siteops.uiOIDCFlags" -}}
+{{- $names := list -}}
+{{- range $name, $_ := .Values.flags -}}
+{{- if hasPrefix "ui-oidc-" $name -}}{{- $names = append $names $name -}}{{- end -}}
+{{- end -}}
+{{- toJson $names -}}
+{{- end -}}
 
 {{/* Fails on ui values the manager would refuse or that would leave the UI unreachable. */}}
 {{- define "siteops.uiCheck" -}}
@@ -268,7 +292,7 @@ k, M, G, Ki, Mi or Gi); empty without a memory limit.
 {{- $addr := toString (index $flags "ui-bind-address" | default "") -}}
 {{- if not (include "siteops.ui" .) -}}
 {{- if and $addr (ne $addr "0") -}}
-{{- fail "flags.ui-bind-address is set but ui.enabled is false: set ui.enabled (with ui.certSecret and ui.proxyCASecret), so the chart mounts the certificates, adds the ui Service and grants the impersonation the UI needs" -}}
+{{- fail "flags.ui-bind-address is set but ui.enabled is false: set ui.enabled (with ui.certSecret, and ui.proxyCASecret or ui.oidc), so the chart mounts the certificates, adds the ui Service and grants the impersonation the UI needs" -}}
 {{- end -}}
 {{- else -}}
 {{- if eq $addr "0" -}}
@@ -277,8 +301,22 @@ k, M, G, Ki, Mi or Gi); empty without a memory limit.
 {{- if not (index $flags "ui-cert-dir") -}}
 {{- fail "ui.certSecret is required with ui.enabled: name the kubernetes.io/tls Secret (tls.crt, tls.key) holding the UI's serving certificate, or set flags.ui-cert-dir to a folder you mount with extraVolumes" -}}
 {{- end -}}
-{{- if not (index $flags "ui-proxy-ca-file") -}}
-{{- fail "ui.proxyCASecret is required with ui.enabled: name the Secret whose ca.crt is the CA of the authenticating proxy's client certificate (the UI serves no one else), or set flags.ui-proxy-ca-file to a file you mount with extraVolumes" -}}
+{{- if and (not (index $flags "ui-proxy-ca-file")) (not (index $flags "ui-oidc-issuer-url")) -}}
+{{- fail "ui.proxyCASecret or ui.oidc.issuerURL is required with ui.enabled: name the Secret whose ca.crt is the CA of the authenticating proxy's client certificate, or the OpenID Connect issuer people sign in with (the UI serves no one anonymously); or set flags.ui-proxy-ca-file to a file you mount with extraVolumes" -}}
+{{- end -}}
+{{- if index $flags "ui-oidc-issuer-url" -}}
+{{- if not (hasPrefix "https://" (index $flags "ui-oidc-issuer-url")) -}}
+{{- fail "ui.oidc.issuerURL must be https://…, as the API server's --oidc-issuer-url" -}}
+{{- end -}}
+{{- if not (index $flags "ui-oidc-client-id") -}}
+{{- fail "ui.oidc.clientID is required with ui.oidc.issuerURL: the UI's client ID at the issuer" -}}
+{{- end -}}
+{{- if not (and (index $flags "ui-oidc-redirect-url") (hasPrefix "https://" (index $flags "ui-oidc-redirect-url")) (hasSuffix "/auth/callback" (index $flags "ui-oidc-redirect-url"))) -}}
+{{- fail "ui.oidc.redirectURL is required with ui.oidc.issuerURL: https://<the host people open>/auth/callback, registered at the issuer" -}}
+{{- end -}}
+{{- if not (and (index $flags "ui-oidc-client-secret-file") (index $flags "ui-oidc-cookie-secret-file")) -}}
+{{- fail "ui.oidc.secret is required with ui.oidc.issuerURL: name the Secret with the keys client-secret (the client's secret at the issuer) and cookie-secret (32 random bytes or more), or set flags.ui-oidc-client-secret-file and flags.ui-oidc-cookie-secret-file to files you mount with extraVolumes" -}}
+{{- end -}}
 {{- end -}}
 {{- $port := include "siteops.port" $addr -}}
 {{- $taken := dict (include "siteops.port" (index $flags "health-probe-bind-address")) "flags.health-probe-bind-address" -}}
