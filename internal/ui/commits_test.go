@@ -250,7 +250,7 @@ func commitRow(page, hash string) string {
 	table := page[start:]
 	table = table[:strings.Index(table, "</table>")]
 	for _, row := range strings.Split(table, "<tr>") {
-		if strings.Contains(row, "<code>"+hash+"</code>") {
+		if strings.Contains(row, `<code title="`+hash+`">`) {
 			return row
 		}
 	}

@@ -11,12 +11,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	mirrorv1 "github.com/siteops/siteops/api/mirror/v1alpha1"
-	"github.com/siteops/siteops/internal/decofile/encode"
 	"github.com/siteops/siteops/internal/inspect"
 	"github.com/siteops/siteops/internal/tenant/provision"
 	"github.com/siteops/siteops/internal/ui/access"
@@ -34,61 +32,51 @@ type resource struct {
 var (
 	decofiles = resource{kind: inspect.KindDecofile, group: decov1.GroupVersion.Group, plural: "decofiles", reconcile: true,
 		newObject: func() client.Object { return &decov1.Decofile{} },
-		list: func(ctx context.Context, r client.Reader, opts ...client.ListOption) ([]inspect.Summary, error) {
-			var l decov1.DecofileList
-			if err := r.List(ctx, &l, append(opts, client.UnsafeDisableDeepCopy)...); err != nil {
-				return nil, err
-			}
-			out := make([]inspect.Summary, 0, len(l.Items))
-			for i := range l.Items {
-				out = append(out, inspect.Decofile(&l.Items[i]))
-			}
-			return out, nil
-		}}
+		list:      lister(func(l *decov1.DecofileList) []inspect.Summary { return each(l.Items, inspect.Decofile) })}
 	gitTargets = resource{kind: inspect.KindGitTarget, group: mirrorv1.GroupVersion.Group, plural: "gittargets",
 		newObject: func() client.Object { return &mirrorv1.GitTarget{} },
-		list: func(ctx context.Context, r client.Reader, opts ...client.ListOption) ([]inspect.Summary, error) {
-			var l mirrorv1.GitTargetList
-			if err := r.List(ctx, &l, append(opts, client.UnsafeDisableDeepCopy)...); err != nil {
-				return nil, err
-			}
-			out := make([]inspect.Summary, 0, len(l.Items))
-			for i := range l.Items {
-				out = append(out, inspect.GitTarget(&l.Items[i]))
-			}
-			return out, nil
-		}}
+		list:      lister(func(l *mirrorv1.GitTargetList) []inspect.Summary { return each(l.Items, inspect.GitTarget) })}
 	watchRules = resource{kind: inspect.KindWatchRule, group: mirrorv1.GroupVersion.Group, plural: "watchrules",
 		newObject: func() client.Object { return &mirrorv1.WatchRule{} },
-		list: func(ctx context.Context, r client.Reader, opts ...client.ListOption) ([]inspect.Summary, error) {
-			var l mirrorv1.WatchRuleList
-			if err := r.List(ctx, &l, append(opts, client.UnsafeDisableDeepCopy)...); err != nil {
-				return nil, err
-			}
-			out := make([]inspect.Summary, 0, len(l.Items))
-			for i := range l.Items {
-				out = append(out, inspect.WatchRule(&l.Items[i]))
-			}
-			return out, nil
-		}}
+		list:      lister(func(l *mirrorv1.WatchRuleList) []inspect.Summary { return each(l.Items, inspect.WatchRule) })}
 	// tenants are namespaces with a cache user. Whoever may read the user's credentials Secret
 	// may see the user's state.
 	tenants = resource{kind: inspect.KindTenant, plural: "secrets",
-		list: func(ctx context.Context, r client.Reader, opts ...client.ListOption) ([]inspect.Summary, error) {
-			var l corev1.NamespaceList
-			if err := r.List(ctx, &l, append(opts, client.UnsafeDisableDeepCopy)...); err != nil {
-				return nil, err
-			}
+		list: lister(func(l *corev1.NamespaceList) []inspect.Summary {
 			var out []inspect.Summary
 			for i := range l.Items {
 				if ns := &l.Items[i]; isTenant(ns) {
 					out = append(out, inspect.Tenant(ns))
 				}
 			}
-			return out, nil
-		}}
+			return out
+		})}
 	actionable = map[string]resource{decofiles.plural: decofiles, gitTargets.plural: gitTargets, watchRules.plural: watchRules}
 )
+
+// lister lists a kind from the cache (sharing its objects: they are only read) and summarises
+// the items.
+func lister[L any, PL interface {
+	*L
+	client.ObjectList
+}](summarize func(*L) []inspect.Summary) func(context.Context, client.Reader, ...client.ListOption) ([]inspect.Summary, error) {
+	return func(ctx context.Context, r client.Reader, opts ...client.ListOption) ([]inspect.Summary, error) {
+		l := PL(new(L))
+		if err := r.List(ctx, l, append(opts, client.UnsafeDisableDeepCopy)...); err != nil {
+			return nil, err
+		}
+		return summarize(l), nil
+	}
+}
+
+// each summarises every item.
+func each[T any](items []T, summarize func(*T) inspect.Summary) []inspect.Summary {
+	out := make([]inspect.Summary, 0, len(items))
+	for i := range items {
+		out = append(out, summarize(&items[i]))
+	}
+	return out
+}
 
 // Checks are the read checks a person must pass to see each kind's objects in a namespace (the
 // Namespace field is left for the caller), for the live hub.
@@ -157,12 +145,12 @@ type overviewPage struct {
 
 // nodeRow is one Valkey node's last isolation proof.
 type nodeRow struct {
-	Node       string
-	At         time.Time
-	Users      int
-	Violations int
-	TooPowerful  []string
-	Err        string
+	Node        string
+	At          time.Time
+	Users       int
+	Violations  int
+	TooPowerful []string
+	Err         string
 }
 
 // eventRow is one Warning Event.
@@ -320,143 +308,6 @@ func (s *Server) warnings(ctx context.Context, p access.Person, namespaces []str
 	return rows[:min(limit, len(rows))], ""
 }
 
-// sitePage is the data of a Decofile's page.
-type sitePage struct {
-	Summary    inspect.Summary
-	Source     string
-	Trace      []inspect.Link
-	Conditions []metav1.Condition
-	Rollout    *decov1.RolloutStatus
-	History    []decov1.RolloutRecord
-	Actions    []action
-	Suspended  bool
-	// Blocks compares the stored content with the last content every pod confirmed, block by
-	// block; Compared says what was compared, or why nothing was.
-	Blocks   []inspect.BlockChange
-	Compared string
-}
-
-// action is a button on a page, disabled when the person's rights would refuse it.
-type action struct {
-	Label, Path string
-	Allowed     bool
-}
-
-func (s *Server) site(w http.ResponseWriter, r *http.Request, p access.Person) {
-	ctx := r.Context()
-	ns, name := r.PathValue("ns"), r.PathValue("name")
-	if !s.b.Access.Allowed(ctx, p, access.Check{Verb: "get", Group: decofiles.group, Resource: decofiles.plural, Namespace: ns, Name: name}) {
-		s.fail(w, r, http.StatusForbidden, fmt.Sprintf("%s may not read Decofiles in namespace %s", p.User, ns))
-		return
-	}
-	var d decov1.Decofile
-	if err := s.b.Objects.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &d); err != nil {
-		s.failErr(w, r, err)
-		return
-	}
-	var cm *corev1.ConfigMap
-	if d.Status.ConfigMapName != "" {
-		if c, err := s.b.As(p); err == nil {
-			cm = &corev1.ConfigMap{}
-			if c.Get(ctx, client.ObjectKey{Namespace: ns, Name: d.Status.ConfigMapName}, cm) != nil {
-				cm = nil
-			}
-		}
-	}
-	page := sitePage{Summary: inspect.Decofile(&d), Trace: inspect.DecofileTrace(&d, cm, ""), Conditions: d.Status.Conditions,
-		Rollout: d.Status.Rollout, History: d.Status.History, Suspended: d.Spec.Suspend}
-	page.Actions = s.actions(ctx, p, decofiles, ns, name, d.Spec.Suspend)
-	page.Blocks, page.Compared = s.blocks(ctx, p, &d, cm)
-	s.render(w, r, p, "site", "Decofile "+ns+"/"+name, ns, page)
-}
-
-// maxComparedContent bounds the content the UI decodes to compare blocks (a stored
-// decofile.bin could otherwise expand without limit).
-const maxComparedContent = 16 << 20
-
-// blocks compares d's stored content (cm) with the last good copy kept for its progressive
-// rollout, both read as the person; without a different last good copy it lists the stored
-// blocks.
-func (s *Server) blocks(ctx context.Context, p access.Person, d *decov1.Decofile, cm *corev1.ConfigMap) ([]inspect.BlockChange, string) {
-	st := &d.Status
-	if cm == nil {
-		return nil, "the stored content is not in a ConfigMap you may read (or not stored yet)"
-	}
-	current, err := storedContent(cm, st.Format, st.ContentHash)
-	if err != nil {
-		return nil, err.Error()
-	}
-	lg := st.LastGood
-	if lg == nil || lg.ContentHash == st.ContentHash {
-		changes, err := inspect.DiffBlocks(current, current)
-		if err != nil {
-			return nil, err.Error()
-		}
-		why := "the stored content " + shortHash(st.ContentHash) + " is the last every pod confirmed"
-		if lg == nil {
-			why = "the blocks of the stored content " + shortHash(st.ContentHash) + "; no earlier version is kept (a Decofile with spec.rollout keeps the last content every pod confirmed, and this page compares with it)"
-		}
-		return changes, why
-	}
-	c, err := s.b.As(p)
-	if err != nil {
-		return nil, err.Error()
-	}
-	var kept corev1.ConfigMap
-	if err := c.Get(ctx, client.ObjectKey{Namespace: d.Namespace, Name: d.LastGoodConfigMapName()}, &kept); err != nil {
-		return nil, "the last good copy cannot be read: " + err.Error()
-	}
-	before, err := storedContent(&kept, lg.Format, lg.ContentHash)
-	if err != nil {
-		return nil, err.Error()
-	}
-	changes, err := inspect.DiffBlocks(before, current)
-	if err != nil {
-		return nil, err.Error()
-	}
-	return changes, "the stored content " + shortHash(st.ContentHash) + " against " + shortHash(lg.ContentHash) + ", the last every pod confirmed"
-}
-
-// storedContent decodes the merged JSON a ConfigMap holds in format and checks it is the
-// content of hash: the ConfigMap is tenant-writable.
-func storedContent(cm *corev1.ConfigMap, format decov1.Format, hash string) ([]byte, error) {
-	if format == "" {
-		format = decov1.FormatJSON
-		if cm.Data[decov1.KeyBin] != "" {
-			format = decov1.FormatBin
-		}
-	}
-	key := decov1.KeyJSON
-	if format == decov1.FormatBin {
-		key = decov1.KeyBin
-	}
-	content, err := encode.Decode(format, cm.Data[key], maxComparedContent)
-	if err != nil {
-		return nil, fmt.Errorf("ConfigMap %s: %w", cm.Name, err)
-	}
-	if hash != "" && encode.Hash(content) != hash {
-		return nil, fmt.Errorf("ConfigMap %s does not hold the content the operator stored (%s): it was changed since", cm.Name, shortHash(hash))
-	}
-	return content, nil
-}
-
-// shortHash is the first 12 characters of a content hash, as the CLI prints it.
-func shortHash(h string) string { return h[:min(12, len(h))] }
-
-// actions are the buttons of an object, each enabled as far as p may patch it.
-func (s *Server) actions(ctx context.Context, p access.Person, res resource, ns, name string, suspended bool) []action {
-	allowed := s.b.Access.Allowed(ctx, p, access.Check{Verb: "patch", Group: res.group, Resource: res.plural, Namespace: ns, Name: name})
-	base := "/namespaces/" + ns + "/" + res.plural + "/" + name + "/"
-	var out []action
-	if res.reconcile {
-		out = append(out, action{Label: "Reconcile", Path: base + "reconcile", Allowed: allowed})
-	}
-	if suspended {
-		return append(out, action{Label: "Resume", Path: base + "resume", Allowed: allowed})
-	}
-	return append(out, action{Label: "Suspend", Path: base + "suspend", Allowed: allowed})
-}
-
 // tenantPage is the data of a namespace's page.
 type tenantPage struct {
 	Namespace   string
@@ -512,84 +363,6 @@ func (s *Server) tenant(w http.ResponseWriter, r *http.Request, p access.Person)
 	}
 	page.Warnings, page.WarnNote = s.warnings(ctx, p, []string{ns}, 20)
 	s.render(w, r, p, "tenant", "Namespace "+ns, ns, page)
-}
-
-// targetPage is the data of a GitTarget's page.
-type targetPage struct {
-	Summary    inspect.Summary
-	Branch     string
-	Path       string
-	Provider   string
-	Conditions []metav1.Condition
-	History    []mirrorv1.PushRecord
-	Excluded   []mirrorv1.ExcludedResource
-	Commits    []Commit
-	// CommitsKnown is false where the UI does not see the mirror's commits (siteops ui, or a
-	// manager without the mirror part).
-	CommitsKnown bool
-	Rules        []inspect.Summary
-	Actions      []action
-}
-
-func (s *Server) target(w http.ResponseWriter, r *http.Request, p access.Person) {
-	ctx := r.Context()
-	ns, name := r.PathValue("ns"), r.PathValue("name")
-	if !s.b.Access.Allowed(ctx, p, access.Check{Verb: "get", Group: gitTargets.group, Resource: gitTargets.plural, Namespace: ns, Name: name}) {
-		s.fail(w, r, http.StatusForbidden, fmt.Sprintf("%s may not read GitTargets in namespace %s", p.User, ns))
-		return
-	}
-	var g mirrorv1.GitTarget
-	if err := s.b.Objects.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &g); err != nil {
-		s.failErr(w, r, err)
-		return
-	}
-	page := targetPage{Summary: inspect.GitTarget(&g), Branch: g.Spec.Branch, Path: g.Spec.Path, Provider: g.Spec.ProviderRef.Name,
-		Conditions: g.Status.Conditions, History: g.Status.History, Excluded: g.Status.Excluded,
-		Actions: s.actions(ctx, p, gitTargets, ns, name, g.Spec.Suspend)}
-	if s.b.Commits != nil {
-		page.CommitsKnown = true
-		page.Commits = s.b.Commits.Recent(ns, name, 50)
-	}
-	if s.b.Access.Allowed(ctx, p, readCheck(watchRules, ns)) {
-		rules, err := watchRules.list(ctx, s.b.Objects, client.InNamespace(ns))
-		if err == nil {
-			var mine []inspect.Summary
-			for _, rule := range rules {
-				if target := fieldValue(rule, "TARGET"); target == name || target == ns+"/"+name {
-					mine = append(mine, rule)
-				}
-			}
-			page.Rules = mine
-		}
-	}
-	s.render(w, r, p, "target", "GitTarget "+ns+"/"+name, ns, page)
-}
-
-// fieldValue is the wide field name of s, or "".
-func fieldValue(s inspect.Summary, name string) string {
-	for _, f := range s.Wide {
-		if f.Name == name {
-			return f.Value
-		}
-	}
-	return ""
-}
-
-func (s *Server) mirror(w http.ResponseWriter, r *http.Request, p access.Person) {
-	ctx := r.Context()
-	targets, err := s.visible(ctx, p, gitTargets)
-	if err != nil {
-		s.failErr(w, r, err)
-		return
-	}
-	rules, err := s.visible(ctx, p, watchRules)
-	if err != nil {
-		s.failErr(w, r, err)
-		return
-	}
-	inspect.Sort(targets)
-	inspect.Sort(rules)
-	s.render(w, r, p, "mirror", "Mirror", "", struct{ Targets, Rules []inspect.Summary }{targets, rules})
 }
 
 // act reconciles, suspends or resumes an object as the person: the API server decides.
