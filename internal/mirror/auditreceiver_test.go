@@ -12,18 +12,6 @@ import (
 	"github.com/siteops/siteops/internal/testenv"
 )
 
-// configMapAuditPolicy logs writes to ConfigMaps with their responses, and nothing else: changes
-// to other kinds (ServiceAccounts, for one) get no audit fact.
-const configMapAuditPolicy = `apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: ["RequestReceived", "ResponseStarted"]
-rules:
-- level: RequestResponse
-  verbs: ["create", "update", "patch", "delete", "deletecollection"]
-  resources: [{group: "", resources: ["configmaps"]}]
-- level: None
-`
-
 // auditReceiver is the audit receiver a test's manager serves on a route: the address the API
 // server posts to, its mTLS files, and the webhook configuration that makes the API server post.
 type auditReceiver struct {
@@ -34,7 +22,7 @@ type auditReceiver struct {
 }
 
 // newAuditReceiver picks a loopback address for the manager's audit receiver on route and writes
-// the API server's audit webhook configuration for it, logging configMapAuditPolicy.
+// the API server's audit webhook configuration for it, logging testenv.ConfigMapAuditPolicy.
 func newAuditReceiver(t testing.TB, route string) auditReceiver {
 	t.Helper()
 	ip := testenv.LoopbackIP()
@@ -44,7 +32,7 @@ func newAuditReceiver(t testing.TB, route string) auditReceiver {
 	}
 	addr := net.JoinHostPort(ip, strconv.Itoa(port))
 	certs := testenv.NewMTLS(t, "kube-apiserver", ip)
-	aw, err := servers.WriteAuditWebhook(t.TempDir(), "https://"+addr+audit.PathPrefix+route, certs.MTLS, configMapAuditPolicy)
+	aw, err := servers.WriteAuditWebhook(t.TempDir(), "https://"+addr+audit.PathPrefix+route, certs.MTLS, testenv.ConfigMapAuditPolicy)
 	if err != nil {
 		t.Fatal(err)
 	}

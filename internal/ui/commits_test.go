@@ -26,17 +26,6 @@ import (
 	"github.com/siteops/siteops/internal/testenv"
 )
 
-// configMapAuditPolicy logs writes to ConfigMaps with their responses, and nothing else.
-const configMapAuditPolicy = `apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: ["RequestReceived", "ResponseStarted"]
-rules:
-- level: RequestResponse
-  verbs: ["create", "update", "patch", "delete", "deletecollection"]
-  resources: [{group: "", resources: ["configmaps"]}]
-- level: None
-`
-
 // TestGitTargetPageShowsPushedCommits runs the manager with the mirror part (author attribution
 // from the API server's audit events) and the UI: a ConfigMap alice creates is committed and
 // pushed, and the GitTarget's page, read through the authenticating proxy, shows that commit
@@ -52,7 +41,7 @@ func TestGitTargetPageShowsPushedCommits(t *testing.T) {
 	}
 	auditAddr := net.JoinHostPort(ip, strconv.Itoa(port))
 	auditCerts := testenv.NewMTLS(t, "kube-apiserver", ip)
-	aw, err := servers.WriteAuditWebhook(t.TempDir(), "https://"+auditAddr+audit.PathPrefix+"ui", auditCerts.MTLS, configMapAuditPolicy)
+	aw, err := servers.WriteAuditWebhook(t.TempDir(), "https://"+auditAddr+audit.PathPrefix+"ui", auditCerts.MTLS, testenv.ConfigMapAuditPolicy)
 	if err != nil {
 		t.Fatal(err)
 	}
