@@ -392,7 +392,9 @@ func TestTenantTextRendersAsText(t *testing.T) {
 	e := startUI(t)
 	tenant := e.c.Tenant(t, "ui-xss", nil)
 	const script = `<script>window.__xss=1</script><img src=x onerror="window.__xss=2">`
-	e.site(t, tenant.Namespace, "shop", map[string]string{"home": `{"title":"` + strings.ReplaceAll(script, `"`, `\"`) + `"}`})
+	// A block named with markup, holding markup: the site page lists blocks by name.
+	e.site(t, tenant.Namespace, "shop", map[string]string{"home": `{"title":"` + strings.ReplaceAll(script, `"`, `\"`) + `"}`,
+		script: `{"x":1}`})
 	ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: tenant.Namespace, Name: "hostile"},
 		InvolvedObject: corev1.ObjectReference{Kind: "Decofile", Namespace: tenant.Namespace, Name: "shop"},
 		Type:           corev1.EventTypeWarning, Reason: "Hostile", Message: script, LastTimestamp: metav1.Now(), Count: 1}
@@ -401,10 +403,10 @@ func TestTenantTextRendersAsText(t *testing.T) {
 	}
 	b := testenv.NewBrowser(t)
 	base := e.proxy(t, tenant.Name)
-	for _, path := range []string{"/", "/namespaces/" + tenant.Namespace} {
+	for _, path := range []string{"/", "/namespaces/" + tenant.Namespace, "/namespaces/" + tenant.Namespace + "/decofiles/shop"} {
 		_, text := page(t, b, base, path)
 		if !strings.Contains(text, script) {
-			t.Errorf("%s: the Event's message is not shown as text:\n%s", path, text)
+			t.Errorf("%s: the Event's message or the block's name is not shown as text:\n%s", path, text)
 		}
 		if v := testenv.Eval[any](t, b, `window.__xss`); v != nil {
 			t.Errorf("%s: tenant text ran as script (window.__xss = %v)", path, v)
