@@ -19,6 +19,7 @@ import (
 	"golang.org/x/time/rate"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/siteops/siteops/internal/mirror/verify"
 	"github.com/siteops/siteops/internal/tenant/resync"
 	"github.com/siteops/siteops/internal/ui/access"
 	"github.com/siteops/siteops/internal/ui/live"
@@ -45,11 +46,17 @@ type Backend struct {
 	// Proofs, when set, tells each Valkey node's last isolation proof (the manager's tenant
 	// part, on the elected leader).
 	Proofs IsolationProofs
+	// Verify, when set, replays an audit log against the mirror's git history (siteops ui
+	// --verify-repo --audit-log) for the Mirror page.
+	Verify func(ctx context.Context) (*verify.Report, error)
 	// Waves, when set, plans the waves of a repository's catalog (siteops ui --waves-repo).
 	Waves func(ctx context.Context) (*diagram.Graph, error)
 	// Commits, when set, tells the mirror's recent commits per GitTarget (the manager's mirror
 	// engine); without it a target's page shows its status only.
 	Commits CommitLog
+	// Pending, when set, tells the changes the mirror holds but has not pushed yet per GitTarget
+	// (the manager's mirror engine); without it a target's page shows their count only.
+	Pending PendingLog
 }
 
 // IsolationProofs is the tenant part's record of its isolation proofs.
@@ -84,6 +91,33 @@ type Commit struct {
 	Files int
 	// Time the commit was pushed.
 	Time time.Time
+}
+
+// PendingLog is the mirror's view of the changes it received but has not pushed yet.
+type PendingLog interface {
+	// Pending returns copies of up to limit of the changes of GitTarget namespace/name waiting to
+	// be pushed, oldest first.
+	Pending(namespace, name string, limit int) []Pending
+}
+
+// Pending is one change the mirror received but has not pushed yet.
+type Pending struct {
+	// Path is the file in the repository (for a sweep, the folder swept).
+	Path string
+	// Operation is what the commit will do to the file: write, delete, or sweep (remove the files
+	// of objects gone from a folder).
+	Operation string
+	// Resource names the object: "Kind namespace/name" when the kind is known, else its
+	// apiVersion/resource/namespace/name reference.
+	Resource string
+	// Author is whom the commit will name as author, when attribution found someone; empty means
+	// the committer.
+	Author string
+	// Attribution is how the author was found (exact_user, weak, absent, …); empty when the
+	// change was not attributed.
+	Attribution string
+	// Arrived is when the change reached the mirror; zero when not known.
+	Arrived time.Time
 }
 
 // Options configure the server.
