@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -45,24 +46,7 @@ without an author although the log names one. It exits non-zero when there are m
 			if repo == "" || auditLog == "" {
 				return errors.New("--repo and --audit-log are required")
 			}
-			from, err := parseSince(since, time.Now())
-			if err != nil {
-				return err
-			}
-			f, err := os.Open(auditLog)
-			if err != nil {
-				return fmt.Errorf("open the audit log: %w", err)
-			}
-			defer f.Close()
-			log, err := verify.ReadAuditLog(f, from)
-			if err != nil {
-				return fmt.Errorf("%s: %w", auditLog, err)
-			}
-			r, err := verify.OpenRepository(repo)
-			if err != nil {
-				return err
-			}
-			rep, err := verify.Verify(r, log, verify.Options{Since: from, Ref: ref, Cluster: cluster, Identity: attribution.Identity{NoreplyDomain: noreply}})
+			rep, err := verifyAttribution(verifyOptions{repo: repo, auditLog: auditLog, since: since, ref: ref, cluster: cluster, noreply: noreply})
 			if err != nil {
 				return err
 			}
@@ -85,6 +69,34 @@ without an author although the log names one. It exits non-zero when there are m
 	fs.BoolVar(&failOnMismatch, "fail-on-mismatch", true, "exit non-zero when a change names another author than the audit log")
 	fs.BoolVar(&failOnMissed, "fail-on-missed", false, "also exit non-zero when a change was committed without the author the audit log names")
 	return cmd
+}
+
+// verifyOptions are what `mirror verify` and `ui --verify-repo` check the mirror's attribution
+// with.
+type verifyOptions struct {
+	repo, auditLog, since, ref, cluster, noreply string
+}
+
+// verifyAttribution replays the audit log against the mirror's git history (verify.Verify).
+func verifyAttribution(o verifyOptions) (*verify.Report, error) {
+	from, err := parseSince(o.since, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(o.auditLog)
+	if err != nil {
+		return nil, fmt.Errorf("open the audit log: %w", err)
+	}
+	defer f.Close()
+	log, err := verify.ReadAuditLog(f, from)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", o.auditLog, err)
+	}
+	r, err := verify.OpenRepository(o.repo)
+	if err != nil {
+		return nil, err
+	}
+	return verify.Verify(r, log, verify.Options{Since: from, Ref: o.ref, Cluster: o.cluster, Identity: attribution.Identity{NoreplyDomain: cmp.Or(o.noreply, attribution.DefaultNoreplyDomain)}})
 }
 
 // parseSince reads --since: an RFC 3339 time or an age before now; empty means the beginning.

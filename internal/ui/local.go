@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/siteops/siteops/internal/mirror/verify"
 	"github.com/siteops/siteops/internal/ui/access"
 	"github.com/siteops/siteops/internal/ui/live"
 	"github.com/siteops/siteops/internal/ui/web"
@@ -38,6 +39,9 @@ type LocalOptions struct {
 	Log *slog.Logger
 	// Waves, when set, plans the waves page from a repository (siteops ui --waves-repo).
 	Waves func(ctx context.Context) (*diagram.Graph, error)
+	// Verify, when set, checks the mirror's attribution for the Mirror page (siteops ui
+	// --verify-repo --audit-log).
+	Verify func(ctx context.Context) (*verify.Report, error)
 }
 
 // RunLocal serves the UI as cfg's user until ctx is done. It opens nothing by itself: it prints
@@ -78,7 +82,7 @@ func RunLocal(ctx context.Context, cfg *rest.Config, o LocalOptions) error {
 		return err
 	}
 	b := web.Backend{Objects: localReader{cache: c, direct: direct, namespaces: namespaces}, Access: authz, Hub: hub,
-		As: func(access.Person) (client.Client, error) { return direct, nil }, Waves: o.Waves}
+		As: func(access.Person) (client.Client, error) { return direct, nil }, Waves: o.Waves, Verify: o.Verify}
 	srv, err := web.New(b, web.Options{Authenticator: sess, Local: sess, Log: o.Log})
 	if err != nil {
 		return err

@@ -151,4 +151,3 @@ func (s *Server) actions(ctx context.Context, p access.Person, res resource, ns,
 	}
 	return append(out, action{Label: "Suspend", Path: base + "suspend", Allowed: allowed})
 }
-

@@ -99,6 +99,8 @@ func (s *Server) mirror(w http.ResponseWriter, r *http.Request, p access.Person)
 	}
 	inspect.Sort(targets)
 	inspect.Sort(rules)
-	s.render(w, r, p, "mirror", "Mirror", "", struct{ Targets, Rules []inspect.Summary }{targets, rules})
+	s.render(w, r, p, "mirror", "Mirror", "", struct {
+		Targets, Rules []inspect.Summary
+		Verify         *verifyView
+	}{targets, rules, s.verifyReport(ctx)})
 }
-

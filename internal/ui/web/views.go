@@ -122,6 +122,12 @@ var funcs = template.FuncMap{
 	"states":  func() []inspect.State { return states },
 	"timeptr": func(t time.Time) *time.Time { return &t },
 	"short":   shortHash,
+	"pair": func(title string, rows []changeRow) any {
+		return struct {
+			Title string
+			Rows  []changeRow
+		}{title, rows}
+	},
 }
 
 // parsePages parses each page with the shared layout.
