@@ -411,6 +411,8 @@ type layoutData struct {
 	Live      bool
 	Namespace string
 	Page      any
+	// SignOut shows the sign-out link (people signed in with OIDC).
+	SignOut bool
 }
 
 // render writes page name with data; a request from the page's live script gets only the main
@@ -421,7 +423,7 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, p access.Person,
 	if r.Header.Get("X-Siteops-Fragment") != "" {
 		tmpl = "main"
 	}
-	ld := layoutData{Title: title, Person: p, Live: s.b.Hub != nil && name != "error", Namespace: ns, Page: data}
+	ld := layoutData{Title: title, Person: p, Live: s.b.Hub != nil && name != "error", Namespace: ns, Page: data, SignOut: s.o.Login != nil}
 	if err := s.pages[name].ExecuteTemplate(&buf, tmpl, ld); err != nil {
 		s.o.Log.Error("render page", "page", name, "err", err)
 		http.Error(w, "the page could not be rendered", http.StatusInternalServerError)
