@@ -50,6 +50,8 @@ type Change struct {
 	Content []byte
 	// Ref names the object in commit messages: <apiVersion>/<resource>/<namespace>/<name>.
 	Ref string
+	// Kind is the object's kind, for the list of pending changes; empty when not known.
+	Kind string
 	// Author made the change; nil means the committer. Per-event author resolution sets it.
 	Author *Signature
 	// Received is when the watch event arrived, for the event→pushed latency.

@@ -1,6 +1,9 @@
 package gitwriter
 
 import (
+	"strings"
+	"time"
+
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -158,4 +161,78 @@ func (p *pendingOps) reset() {
 	p.ops = p.ops[:0]
 	p.live, p.dropped, p.bytes = 0, 0, 0
 	p.coalescing, p.file, p.cursor = false, nil, nil
+}
+
+// MaxPendingChanges bounds how many pending changes PendingChanges returns for one GitTarget.
+const MaxPendingChanges = 100
+
+// Pending operations, as PendingChange.Operation names them.
+const (
+	// PendingWrite writes a file.
+	PendingWrite = "write"
+	// PendingDelete removes a file.
+	PendingDelete = "delete"
+	// PendingSweep removes the files of a folder its objects no longer have (after a replay).
+	PendingSweep = "sweep"
+)
+
+// PendingChange is a copy of one change a Writer took but has not pushed yet.
+type PendingChange struct {
+	// Path is the file in the repository; for a sweep, the folder swept.
+	Path string
+	// Operation is PendingWrite, PendingDelete or PendingSweep.
+	Operation string
+	// Kind of the object; empty when not known (a sweep).
+	Kind string
+	// Ref names the object: <apiVersion>/<resource>/<namespace>/<name>; for a sweep, the prefix of
+	// the objects it may remove.
+	Ref string
+	// Received is when the watch event arrived; zero when not known.
+	Received time.Time
+	// Author is whom the commit will name as author ("Name <email>"), when attribution found
+	// someone (or --unattributed-author applies); empty means the committer.
+	Author string
+	// Attribution is the attribution result of the change (exact_user, weak, absent, …); empty
+	// when the change was not attributed.
+	Attribution string
+}
+
+// PendingChanges returns copies of the changes of GitTarget target (its UID) the writer took and
+// has not pushed, oldest first: at most limit of them, and never more than MaxPendingChanges
+// (also when limit is not positive). Changes still queued for the writer are counted in
+// Status.Pending but listed only once taken; while a push keeps failing, a file's newer change
+// replaces its pending one, as in the next commit.
+func (w *Writer) PendingChanges(target string, limit int) []PendingChange {
+	if limit <= 0 || limit > MaxPendingChanges {
+		limit = MaxPendingChanges
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []PendingChange
+	for _, op := range w.pending.ops {
+		if len(out) >= limit {
+			break
+		}
+		if op.Target != target {
+			continue
+		}
+		var c PendingChange
+		switch op.Kind {
+		case OpUpsert, OpDelete:
+			c = PendingChange{Path: strings.Clone(op.Change.Path), Operation: PendingWrite, Kind: strings.Clone(op.Change.Kind), Ref: strings.Clone(op.Change.Ref),
+				Received: op.Change.Received, Attribution: strings.Clone(op.Change.Attribution)}
+			if op.Kind == OpDelete {
+				c.Operation = PendingDelete
+			}
+			if a := op.Change.Author; a != nil {
+				c.Author = a.Name + " <" + a.Email + ">"
+			}
+		case OpSweep:
+			c = PendingChange{Path: strings.Clone(op.SweepDir), Operation: PendingSweep, Ref: strings.Clone(op.SweepRefPrefix)}
+		default:
+			continue // marks change no file; dropped ops are gone
+		}
+		out = append(out, c)
+	}
+	return out
 }

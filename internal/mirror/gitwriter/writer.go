@@ -133,6 +133,9 @@ type Writer struct {
 	commandCommit plumbing.Hash
 	// made describes the commits of the current build, for OnCommits.
 	made []PushedCommit
+	// pending holds the ops taken but not yet pushed. Only Run changes it, always with mu held;
+	// Run reads it without mu, PendingChanges with it.
+	pending pendingOps
 
 	// commands carries CloseWindow requests to Run; stopped is closed when Run returns.
 	commands chan commandRequest
@@ -249,7 +252,7 @@ func (w *Writer) Run(ctx context.Context) error {
 	}
 	defer metrics.PendingWrites.DeleteLabelValues(w.name)
 
-	var pending pendingOps
+	pending := &w.pending
 	var first, last time.Time
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -273,19 +276,22 @@ func (w *Writer) Run(ctx context.Context) error {
 			}
 		}
 		last = now
-		pending.add(op)
 		w.mu.Lock()
+		pending.add(op)
 		w.queued--
 		w.status.Pending = pending.len()
 		w.mu.Unlock()
 	}
 	flushWith := func(fctx context.Context, cmd *Command) (CommandResult, error) {
-		res, err := w.flush(fctx, pending.list(), cmd)
+		w.mu.Lock()
+		ops := pending.list()
+		w.mu.Unlock()
+		res, err := w.flush(fctx, ops, cmd)
 		if err != nil {
 			// Until a push succeeds, a file's newer change replaces its pending one, so memory
 			// follows the number of files, not of changes.
-			pending.startCoalescing()
 			w.mu.Lock()
+			pending.startCoalescing()
 			w.status.Pending = pending.len()
 			w.mu.Unlock()
 			log.Error(err, "push failed; changes stay pending", "pending", pending.len(), "retryIn", retryDelay)
@@ -295,10 +301,10 @@ func (w *Writer) Run(ctx context.Context) error {
 			retryDelay = min(2*retryDelay, time.Minute)
 			return res, err
 		}
-		pending.reset()
 		retrying = false
 		retryDelay = w.cfg.RetryInterval
 		w.mu.Lock()
+		pending.reset()
 		w.status.Pending = 0
 		w.mu.Unlock()
 		return res, nil

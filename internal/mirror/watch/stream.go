@@ -388,7 +388,7 @@ func (s *Stream) handle(ctx context.Context, typ watch.EventType, obj *unstructu
 		}
 	}
 	if deleted {
-		return submit(ctx, gitwriter.Op{Kind: gitwriter.OpDelete, Change: gitwriter.Change{Path: path, Ref: ref, Received: now}, Cursor: cursor})
+		return submit(ctx, gitwriter.Op{Kind: gitwriter.OpDelete, Change: gitwriter.Change{Path: path, Ref: ref, Kind: obj.GetKind(), Received: now}, Cursor: cursor})
 	}
 	content, err := sanitize.Object(obj)
 	if err != nil {
@@ -404,5 +404,5 @@ func (s *Stream) handle(ctx context.Context, typ watch.EventType, obj *unstructu
 			return s.cfg.Sink.Enqueue(ctx, mark)
 		}
 	}
-	return submit(ctx, gitwriter.Op{Kind: gitwriter.OpUpsert, Change: gitwriter.Change{Path: path, Content: content, Ref: ref, Received: now}, Cursor: cursor})
+	return submit(ctx, gitwriter.Op{Kind: gitwriter.OpUpsert, Change: gitwriter.Change{Path: path, Content: content, Ref: ref, Kind: obj.GetKind(), Received: now}, Cursor: cursor})
 }
