@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	decov1 "github.com/siteops/siteops/api/deco/v1alpha1"
+	mirrorv1 "github.com/siteops/siteops/api/mirror/v1alpha1"
 	"github.com/siteops/siteops/internal/manager"
 	"github.com/siteops/siteops/internal/servers"
 	"github.com/siteops/siteops/internal/testenv"
@@ -193,6 +194,14 @@ func TestTenantSeesOnlyItsNamespace(t *testing.T) {
 	other := e.c.Tenant(t, "ui-b", nil)
 	e.site(t, a.Namespace, "shop", map[string]string{"home": `{"title":"shop"}`})
 	e.site(t, other.Namespace, "hidden-site", map[string]string{"home": `{"title":"hidden"}`})
+	for ns, name := range map[string]string{a.Namespace: "shop-config", other.Namespace: "hidden-rule"} {
+		rule := &mirrorv1.WatchRule{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: mirrorv1.WatchRuleSpec{TargetRef: mirrorv1.TargetReference{Name: "audit"},
+				Rules: []mirrorv1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}}}}}
+		if err := e.c.Client.Create(t.Context(), rule); err != nil {
+			t.Fatal(err)
+		}
+	}
 	base := e.proxy(t, a.Name)
 	b := testenv.NewBrowser(t)
 
@@ -214,11 +223,16 @@ func TestTenantSeesOnlyItsNamespace(t *testing.T) {
 	b.Screenshot(t, "site-tenant")
 
 	status, text = page(t, b, base, "/namespaces/"+a.Namespace)
-	if status != http.StatusOK || !strings.Contains(text, "shop") {
-		t.Fatalf("own namespace: HTTP %d:\n%s", status, text)
+	if status != http.StatusOK || !strings.Contains(text, "decofile/"+a.Namespace+"/shop") || !strings.Contains(text, "watchrule/"+a.Namespace+"/shop-config") {
+		t.Fatalf("own namespace: HTTP %d, want its site and its rule:\n%s", status, text)
 	}
 	structure(t, b, "Namespace", 3)
 	b.Screenshot(t, "namespace-tenant")
+	for _, path := range []string{"/", "/mirror"} {
+		if _, text := page(t, b, base, path); strings.Contains(text, "hidden-rule") || strings.Contains(text, other.Namespace) {
+			t.Errorf("%s shows another tenant's rule or namespace:\n%s", path, text)
+		}
+	}
 
 	for _, path := range []string{"/namespaces/" + other.Namespace + "/decofiles/hidden-site", "/namespaces/" + other.Namespace} {
 		status, text = page(t, b, base, path)
