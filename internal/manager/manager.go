@@ -332,6 +332,8 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 			}
 			// GitTarget pages show the commits this replica's engine pushed.
 			o.UI.Commits = ui.MirrorCommits(eng.Commits())
+			// They also list the changes it holds but has not pushed yet.
+			o.UI.Pending = ui.MirrorPending(eng.Pending())
 			return nil
 		},
 	}

@@ -52,6 +52,9 @@ type Options struct {
 	// Commits, when set, tells GitTarget pages the mirror's recent commits (the manager sets
 	// it to MirrorCommits when it runs the mirror part).
 	Commits web.CommitLog
+	// Pending, when set, tells GitTarget pages the changes the mirror holds but has not pushed
+	// yet (the manager sets it to MirrorPending when it runs the mirror part).
+	Pending web.PendingLog
 	// Proofs, when set, tells the pages each Valkey node's last isolation proof (the manager
 	// sets it when it runs the tenant part).
 	Proofs web.IsolationProofs
@@ -162,7 +165,8 @@ func Setup(mgr manager.Manager, o Options) error {
 	}
 	authz := access.NewAuthorizer(access.SubjectReviewer{Client: sysClient}, 0)
 	hub := live.NewHub(authz, web.Checks())
-	b := web.Backend{Objects: mgr.GetCache(), Access: authz, Hub: hub, As: impersonating(mgr), Commits: o.Commits}
+	b := web.Backend{Objects: mgr.GetCache(), Access: authz, Hub: hub, As: impersonating(mgr), Commits: o.Commits,
+		Pending: o.Pending}
 	if o.Proofs != nil {
 		b.Proofs = o.Proofs
 	}
