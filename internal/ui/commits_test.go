@@ -33,67 +33,8 @@ import (
 // committer's commit of a ConfigMap no audit event named (absent). A page open on the namespace
 // hears of the push live.
 func TestGitTargetPageShowsPushedCommits(t *testing.T) {
-	// The API server posts its audit events to the manager's receiver.
-	ip := testenv.LoopbackIP()
-	port, err := servers.FreePort(ip)
-	if err != nil {
-		t.Fatal(err)
-	}
-	auditAddr := net.JoinHostPort(ip, strconv.Itoa(port))
-	auditCerts := testenv.NewMTLS(t, "kube-apiserver", ip)
-	aw, err := servers.WriteAuditWebhook(t.TempDir(), "https://"+auditAddr+audit.PathPrefix+"ui", auditCerts.MTLS, testenv.ConfigMapAuditPolicy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := testenv.NewAPIServer(t, servers.APIServerOptions{Configure: aw.Configure})
-	redis := testenv.Redis(t, servers.RedisOptions{})
-	remote := testenv.GitRemote(t, servers.GitRemoteOptions{Username: "mirror", Password: "pw"})
-	url, err := remote.CreateRepo("ui-commits", "main")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bare := remote.RepoDir("ui-commits")
-	e := startUIOn(t, c, func(o *manager.Options) {
-		o.Controllers = []string{manager.PartMirror}
-		o.Mirror.RedisAddr = redis.Addr
-		o.Mirror.CommitRequestWebhook, o.Mirror.WatchRuleWebhook = false, false
-		// The test's git remote serves plain HTTP on loopback.
-		o.Mirror.GitAllowedSchemes, o.Mirror.GitAllowedHosts = []string{"https", "http"}, []string{"127.0.0.0/8"}
-		o.Mirror.Attribution = attribution.Options{Enabled: true, Grace: 4 * time.Second, FactTTL: time.Minute, Route: "ui",
-			ListenAddress: auditAddr, CertDir: auditCerts.CertDir, ClientCAFile: auditCerts.CAFile, ClientNames: []string{"kube-apiserver"}}
-	})
-
-	ctx := t.Context()
-	ns := c.Namespace(t, "ui-commits", nil)
-	// A ConfigMap older than the target: the first watch lists it, and no audit event is looked
-	// for, so its commit is the committer's.
-	if err := c.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sentinel"}}); err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range []client.Object{
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "git-auth"}, StringData: map[string]string{"username": "mirror", "password": "pw"}},
-		&mirrorv1.GitProvider{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "git"},
-			Spec: mirrorv1.GitProviderSpec{URL: url, SecretRef: &corev1.LocalObjectReference{Name: "git-auth"}, AllowedBranches: []string{"main"},
-				Committer: mirrorv1.Committer{Name: "Mirror Bot", Email: "mirror@example.com"}}},
-		&mirrorv1.GitTarget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "main"},
-			Spec: mirrorv1.GitTargetSpec{ProviderRef: corev1.LocalObjectReference{Name: "git"}, Branch: "main", Path: "clusters/dev",
-				CommitWindow: &metav1.Duration{}}},
-		&mirrorv1.WatchRule{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cms"},
-			Spec: mirrorv1.WatchRuleSpec{TargetRef: mirrorv1.TargetReference{Name: "main"},
-				Rules: []mirrorv1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}}}}},
-	} {
-		if err := c.Client.Create(ctx, o); err != nil {
-			t.Fatalf("create %T %s: %v", o, o.GetName(), err)
-		}
-	}
-	// The objects of a namespace stay after the test (no namespace controller): a later manager
-	// would mirror them on.
-	t.Cleanup(func() {
-		_ = c.Client.Delete(context.Background(), &mirrorv1.GitTarget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "main"}})
-	})
-	base := e.proxy(t, "platform-admin", "system:masters")
-	pagePath := "/namespaces/" + ns + "/gittargets/main"
-	dir := "clusters/dev/" + ns + "/core/configmaps/"
+	m := startMirrorUI(t, "ui-commits")
+	c, ctx, ns, bare, base, pagePath, dir := m.c, t.Context(), m.ns, m.bare, m.base, m.pagePath, m.dir
 
 	// The first push is on the page before the live stream opens.
 	waitGitFile(t, bare, dir+"sentinel.yaml")
@@ -244,4 +185,78 @@ func commitRow(page, hash string) string {
 		}
 	}
 	return ""
+}
+
+// mirrorUI is the manager with the mirror part and the UI, as the GitTarget page tests run it:
+// its own API server posting audit events to the manager's receiver (author attribution), Redis,
+// a git remote, and in namespace ns a GitTarget "main" with a WatchRule on ConfigMaps, and a
+// ConfigMap "sentinel" older than the target.
+type mirrorUI struct {
+	c      *testenv.Cluster
+	remote *servers.GitRemote
+	// bare is the remote repository's folder; ns the namespace; base the admin's proxy URL;
+	// pagePath the target's page; dir the folder of the namespace's ConfigMaps in the repository.
+	bare, ns, base, pagePath, dir string
+}
+
+// startMirrorUI starts a mirrorUI whose repository and namespace are named from name.
+func startMirrorUI(t *testing.T, name string) *mirrorUI {
+	t.Helper()
+	ip := testenv.LoopbackIP()
+	port, err := servers.FreePort(ip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auditAddr := net.JoinHostPort(ip, strconv.Itoa(port))
+	auditCerts := testenv.NewMTLS(t, "kube-apiserver", ip)
+	aw, err := servers.WriteAuditWebhook(t.TempDir(), "https://"+auditAddr+audit.PathPrefix+"ui", auditCerts.MTLS, testenv.ConfigMapAuditPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testenv.NewAPIServer(t, servers.APIServerOptions{Configure: aw.Configure})
+	redis := testenv.Redis(t, servers.RedisOptions{})
+	remote := testenv.GitRemote(t, servers.GitRemoteOptions{Username: "mirror", Password: "pw"})
+	url, err := remote.CreateRepo(name, "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := startUIOn(t, c, func(o *manager.Options) {
+		o.Controllers = []string{manager.PartMirror}
+		o.Mirror.RedisAddr = redis.Addr
+		o.Mirror.CommitRequestWebhook, o.Mirror.WatchRuleWebhook = false, false
+		// The test's git remote serves plain HTTP on loopback.
+		o.Mirror.GitAllowedSchemes, o.Mirror.GitAllowedHosts = []string{"https", "http"}, []string{"127.0.0.0/8"}
+		o.Mirror.Attribution = attribution.Options{Enabled: true, Grace: 4 * time.Second, FactTTL: time.Minute, Route: "ui",
+			ListenAddress: auditAddr, CertDir: auditCerts.CertDir, ClientCAFile: auditCerts.CAFile, ClientNames: []string{"kube-apiserver"}}
+	})
+	ctx := t.Context()
+	ns := c.Namespace(t, name, nil)
+	// A ConfigMap older than the target: the first watch lists it, and no audit event is looked
+	// for, so its commit is the committer's.
+	if err := c.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sentinel"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []client.Object{
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "git-auth"}, StringData: map[string]string{"username": "mirror", "password": "pw"}},
+		&mirrorv1.GitProvider{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "git"},
+			Spec: mirrorv1.GitProviderSpec{URL: url, SecretRef: &corev1.LocalObjectReference{Name: "git-auth"}, AllowedBranches: []string{"main"},
+				Committer: mirrorv1.Committer{Name: "Mirror Bot", Email: "mirror@example.com"}}},
+		&mirrorv1.GitTarget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "main"},
+			Spec: mirrorv1.GitTargetSpec{ProviderRef: corev1.LocalObjectReference{Name: "git"}, Branch: "main", Path: "clusters/dev",
+				CommitWindow: &metav1.Duration{}}},
+		&mirrorv1.WatchRule{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cms"},
+			Spec: mirrorv1.WatchRuleSpec{TargetRef: mirrorv1.TargetReference{Name: "main"},
+				Rules: []mirrorv1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}}}}},
+	} {
+		if err := c.Client.Create(ctx, o); err != nil {
+			t.Fatalf("create %T %s: %v", o, o.GetName(), err)
+		}
+	}
+	// The objects of a namespace stay after the test (no namespace controller): a later manager
+	// would mirror them on.
+	t.Cleanup(func() {
+		_ = c.Client.Delete(context.Background(), &mirrorv1.GitTarget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "main"}})
+	})
+	return &mirrorUI{c: c, remote: remote, bare: remote.RepoDir(name), ns: ns, base: e.proxy(t, "platform-admin", "system:masters"),
+		pagePath: "/namespaces/" + ns + "/gittargets/main", dir: "clusters/dev/" + ns + "/core/configmaps/"}
 }

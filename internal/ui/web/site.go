@@ -37,16 +37,26 @@ type action struct {
 	Allowed     bool
 }
 
+// readable reads the page's object (namespace and name from the path) from the cache into obj
+// when p may get it; otherwise it answers the request itself, saying nothing of the object.
+func (s *Server) readable(w http.ResponseWriter, r *http.Request, p access.Person, res resource, obj client.Object) bool {
+	ns, name := r.PathValue("ns"), r.PathValue("name")
+	if !s.b.Access.Allowed(r.Context(), p, access.Check{Verb: "get", Group: res.group, Resource: res.plural, Namespace: ns, Name: name}) {
+		s.fail(w, r, http.StatusForbidden, fmt.Sprintf("%s may not read %ss in namespace %s", p.User, res.kind, ns))
+		return false
+	}
+	if err := s.b.Objects.Get(r.Context(), client.ObjectKey{Namespace: ns, Name: name}, obj); err != nil {
+		s.failErr(w, r, err)
+		return false
+	}
+	return true
+}
+
 func (s *Server) site(w http.ResponseWriter, r *http.Request, p access.Person) {
 	ctx := r.Context()
 	ns, name := r.PathValue("ns"), r.PathValue("name")
-	if !s.b.Access.Allowed(ctx, p, access.Check{Verb: "get", Group: decofiles.group, Resource: decofiles.plural, Namespace: ns, Name: name}) {
-		s.fail(w, r, http.StatusForbidden, fmt.Sprintf("%s may not read Decofiles in namespace %s", p.User, ns))
-		return
-	}
 	var d decov1.Decofile
-	if err := s.b.Objects.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &d); err != nil {
-		s.failErr(w, r, err)
+	if !s.readable(w, r, p, decofiles, &d) {
 		return
 	}
 	var cm *corev1.ConfigMap

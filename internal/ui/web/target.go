@@ -1,7 +1,6 @@
 package web
 
 import (
-	"fmt"
 	"net/http"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,13 +39,8 @@ const pendingShown = 100
 func (s *Server) target(w http.ResponseWriter, r *http.Request, p access.Person) {
 	ctx := r.Context()
 	ns, name := r.PathValue("ns"), r.PathValue("name")
-	if !s.b.Access.Allowed(ctx, p, access.Check{Verb: "get", Group: gitTargets.group, Resource: gitTargets.plural, Namespace: ns, Name: name}) {
-		s.fail(w, r, http.StatusForbidden, fmt.Sprintf("%s may not read GitTargets in namespace %s", p.User, ns))
-		return
-	}
 	var g mirrorv1.GitTarget
-	if err := s.b.Objects.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &g); err != nil {
-		s.failErr(w, r, err)
+	if !s.readable(w, r, p, gitTargets, &g) {
 		return
 	}
 	page := targetPage{Summary: inspect.GitTarget(&g), Branch: g.Spec.Branch, Path: g.Spec.Path, Provider: g.Spec.ProviderRef.Name,
