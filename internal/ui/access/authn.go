@@ -101,3 +101,19 @@ func (l *Local) SessionCookie(secure bool) *http.Cookie {
 func (l *Local) valid(v string) bool {
 	return v != "" && subtle.ConstantTimeCompare([]byte(v), []byte(l.token)) == 1
 }
+
+// ProxyOr authenticates by the proxy on connections that presented a verified client
+// certificate, and by Else on all others: with both an authenticating proxy and OIDC sign-in,
+// the proxy's headers count only on its own connections, and a browser's only a session.
+type ProxyOr struct {
+	Proxy Proxy
+	Else  Authenticator
+}
+
+// Authenticate picks the proxy or Else by the connection's certificate.
+func (a ProxyOr) Authenticate(r *http.Request) (Person, error) {
+	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
+		return a.Proxy.Authenticate(r)
+	}
+	return a.Else.Authenticate(r)
+}

@@ -3,18 +3,12 @@ package access
 import (
 	"cmp"
 	"context"
-	"crypto/aes"
 	"crypto/cipher"
-	"crypto/hkdf"
-	"crypto/rand"
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -170,57 +164,6 @@ func ValidateRedirectURL(s string) error {
 		return fmt.Errorf("the OIDC redirect URL %q must be the UI's https://<host>/auth/callback", s)
 	}
 	return nil
-}
-
-// sealer derives an AES-256-GCM key for purpose from secret.
-func sealer(secret []byte, purpose string) (cipher.AEAD, error) {
-	key, err := hkdf.Key(sha256.New, secret, nil, purpose, 32)
-	if err != nil {
-		return nil, err
-	}
-	block, err := aes.NewCipher(key)
-	if err != nil {
-		return nil, err
-	}
-	return cipher.NewGCM(block)
-}
-
-// seal encrypts and authenticates payload for the cookie called name.
-func seal(a cipher.AEAD, name string, payload []byte) string {
-	nonce := make([]byte, a.NonceSize(), a.NonceSize()+len(payload)+a.Overhead())
-	_, _ = rand.Read(nonce)
-	return base64.RawURLEncoding.EncodeToString(a.Seal(nonce, nonce, payload, []byte(name)))
-}
-
-// unseal opens what seal made for the cookie called name.
-func unseal(a cipher.AEAD, name, value string) ([]byte, error) {
-	b, err := base64.RawURLEncoding.DecodeString(value)
-	if err != nil || len(b) < a.NonceSize()+a.Overhead() {
-		return nil, errors.New("malformed")
-	}
-	return a.Open(nil, b[:a.NonceSize()], b[a.NonceSize():], []byte(name))
-}
-
-// session is what the session cookie holds: the person, named as the API server names them,
-// and when the session ends.
-type session struct {
-	User    string   `json:"u"`
-	Groups  []string `json:"g,omitempty"`
-	Expires int64    `json:"e"`
-}
-
-// sessionCookie seals p's session until expires; ErrGroupsTooLarge when it would not fit in a
-// cookie.
-func (o *OIDC) sessionCookie(p Person, expires time.Time) (*http.Cookie, error) {
-	payload, err := json.Marshal(session{User: p.User, Groups: p.Groups, Expires: expires.Unix()})
-	if err != nil {
-		return nil, err
-	}
-	v := seal(o.session, SessionCookieName, payload)
-	if n := len(SessionCookieName) + 1 + len(v); n > maxSessionCookie {
-		return nil, fmt.Errorf("%w: %d groups make a %d-byte cookie, more than the %d bytes a browser keeps", ErrGroupsTooLarge, len(p.Groups), n, maxSessionCookie)
-	}
-	return &http.Cookie{Name: SessionCookieName, Value: v, Path: "/", Expires: expires, HttpOnly: true, Secure: true, SameSite: http.SameSiteLaxMode}, nil
 }
 
 // Authenticate reads the person from the session cookie.
@@ -542,77 +485,6 @@ func (o *OIDC) discover(ctx context.Context) (*oauth2.Config, *oidc.IDTokenVerif
 	return o.oauth, o.verifier, nil
 }
 
-// summary describes an error from the issuer in one line: the token endpoint's status and
-// error code, not its response (withheldBodies keeps response bodies out of every error).
-func summary(err error) string {
-	var re *oauth2.RetrieveError
-	if errors.As(err, &re) {
-		s := "refused"
-		if re.Response != nil {
-			s = "HTTP " + fmt.Sprint(re.Response.StatusCode)
-		}
-		if errorCode.MatchString(re.ErrorCode) {
-			s += " " + re.ErrorCode
-		}
-		return s
-	}
-	s := err.Error()
-	if i := strings.IndexAny(s, "\r\n"); i >= 0 {
-		s = s[:i]
-	}
-	if len(s) > 300 {
-		s = s[:300] + "…"
-	}
-	return s
-}
-
-// withheldBodies returns a client for the issuer whose failed responses (4xx, 5xx) carry no
-// body but the OAuth error code: go-oidc and oauth2 quote the bodies in their errors, and what
-// an issuer says there is nothing to log or show.
-func withheldBodies(c *http.Client) *http.Client {
-	out := &http.Client{Timeout: 30 * time.Second}
-	if c != nil {
-		*out = *c
-	}
-	next := out.Transport
-	if next == nil {
-		next = http.DefaultTransport
-	}
-	out.Transport = bodiesWithheld{next}
-	return out
-}
-
-type bodiesWithheld struct{ next http.RoundTripper }
-
-func (t bodiesWithheld) RoundTrip(req *http.Request) (*http.Response, error) {
-	res, err := t.next.RoundTrip(req)
-	if err != nil || res.StatusCode < 400 {
-		return res, err
-	}
-	b, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
-	_ = res.Body.Close()
-	var e struct {
-		Error string `json:"error"`
-	}
-	kept := ""
-	if json.Unmarshal(b, &e) == nil && errorCode.MatchString(e.Error) {
-		kept = `{"error":"` + e.Error + `"}`
-		res.Header.Set("Content-Type", "application/json")
-	} else {
-		res.Header.Del("Content-Type")
-	}
-	res.Body, res.ContentLength = io.NopCloser(strings.NewReader(kept)), int64(len(kept))
-	res.Header.Del("Content-Length")
-	return res, nil
-}
-
-// random is n random bytes, base64url without padding.
-func random(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
 // pageData is what a sign-in page shows.
 type pageData struct {
 	Title, Message string
@@ -649,20 +521,4 @@ func (o *OIDC) render(w http.ResponseWriter, code int, d pageData) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
 	_ = authPage.Execute(w, d)
-}
-
-// ProxyOr authenticates by the proxy on connections that presented a verified client
-// certificate, and by Else on all others: with both an authenticating proxy and OIDC sign-in,
-// the proxy's headers count only on its own connections, and a browser's only a session.
-type ProxyOr struct {
-	Proxy Proxy
-	Else  Authenticator
-}
-
-// Authenticate picks the proxy or Else by the connection's certificate.
-func (a ProxyOr) Authenticate(r *http.Request) (Person, error) {
-	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
-		return a.Proxy.Authenticate(r)
-	}
-	return a.Else.Authenticate(r)
 }
