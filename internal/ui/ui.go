@@ -165,11 +165,8 @@ func Setup(mgr manager.Manager, o Options) error {
 	}
 	authz := access.NewAuthorizer(access.SubjectReviewer{Client: sysClient}, 0)
 	hub := live.NewHub(authz, web.Checks())
-	b := web.Backend{Objects: mgr.GetCache(), Access: authz, Hub: hub, As: impersonating(mgr), Commits: o.Commits,
+	b := web.Backend{Objects: mgr.GetCache(), Access: authz, Hub: hub, As: impersonating(mgr), Commits: o.Commits, Proofs: o.Proofs,
 		Pending: o.Pending}
-	if o.Proofs != nil {
-		b.Proofs = o.Proofs
-	}
 	wo := web.Options{Authenticator: authn, SecureCookies: true, Log: log}
 	if login != nil {
 		wo.Login = login.Handler()
