@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -334,23 +336,29 @@ func createScaleDecofiles(b *testing.B, cl client.Client, prefix string, shards 
 
 // deliveryReconciles is how many reconciles the delivery controller has run in this process.
 func deliveryReconciles() float64 {
+	return float64(deliveryMetric("controller_runtime_reconcile_time_seconds").GetHistogram().GetSampleCount())
+}
+
+// deliveryMetric is the delivery controller's sample of one of controller-runtime's metrics in
+// this process, or nil.
+func deliveryMetric(name string) *dto.Metric {
 	mfs, err := ctrlmetrics.Registry.Gather()
 	if err != nil {
-		return 0
+		return nil
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "controller_runtime_reconcile_time_seconds" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
 				if l.GetName() == "controller" && l.GetValue() == "decofile-delivery" {
-					return float64(m.GetHistogram().GetSampleCount())
+					return m
 				}
 			}
 		}
 	}
-	return 0
+	return nil
 }
 
 // requestCounter counts the requests a rest.Config's transport sends, by verb and resource, and

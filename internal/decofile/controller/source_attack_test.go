@@ -399,6 +399,29 @@ func stopRetriesAtEnd(t *testing.T, e *env, ns string) {
 	t.Cleanup(func() { _ = e.c.Client.DeleteAllOf(context.Background(), &decov1.Decofile{}, client.InNamespace(ns)) })
 }
 
+// waitDeliveryIdle waits until no delivery worker is reconciling (controller-runtime's
+// active_workers gauge), for at most two source timeouts; past that it goes on and says so.
+func waitDeliveryIdle(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(2 * sourceTimeout)
+	for {
+		busy := deliveryWorkersBusy()
+		if busy == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Logf("%v delivery workers still busy after %s; going on", busy, 2*sourceTimeout)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// deliveryWorkersBusy is how many delivery workers are reconciling now.
+func deliveryWorkersBusy() float64 {
+	return deliveryMetric("controller_runtime_active_workers").GetGauge().GetValue()
+}
+
 func hangingHost(t *testing.T, held *heldRequests) string {
 	t.Helper()
 	l := listenOn(t, allowedGitHost)
@@ -499,6 +522,9 @@ func TestRetrievalsLeaveWorkersToInlineAsTenants(t *testing.T) {
 	for i := range 3 {
 		holders = append(holders, e.c.Tenant(t, fmt.Sprintf("hold-%d", i), nil))
 	}
+	// The package's tests share one manager: an earlier test's retrievals, still running out
+	// their timeout, would hold slots this test counts on.
+	waitDeliveryIdle(t)
 	var held heldRequests
 	for _, tn := range holders {
 		stopRetriesAtEnd(t, e, tn.Namespace)
