@@ -1,6 +1,6 @@
 // Package engine runs the mirror's watch streams and git writers on the elected leader: one
 // writer per (namespace, GitProvider, repository, branch), one stream per (GitTarget, resource,
-// namespace scope). Writers are never shared across namespaces or providers: a writer pushes
+// namespace scope), all streams of a resource following one shared watch of it (package feed). Writers are never shared across namespaces or providers: a writer pushes
 // with one provider's credentials and commits as its committer, so a target can never push
 // with, or close the window of, another tenant's writer. The
 // GitTarget controller tells it the desired state with Apply and Remove; the engine starts,
@@ -23,6 +23,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
+	"github.com/siteops/siteops/internal/mirror/feed"
 	"github.com/siteops/siteops/internal/mirror/gitwriter"
 	"github.com/siteops/siteops/internal/mirror/secretcrypt"
 	"github.com/siteops/siteops/internal/mirror/watch"
@@ -148,6 +149,8 @@ func (wr *writerRun) refList() []types.NamespacedName {
 type Engine struct {
 	dyn     dynamic.Interface
 	cursors CursorStore
+	// feeds serves every stream's watch from one shared watch per resource.
+	feeds *feed.Feeds
 	// OnTargetChange is called with a target whenever its writer's status changes (a push, a
 	// failure), so its controller can record status. It must not block.
 	OnTargetChange func(types.NamespacedName)
@@ -186,7 +189,7 @@ type Engine struct {
 
 // New returns an engine reading with dyn and keeping cursors in cursors (nil: no cursors).
 func New(dyn dynamic.Interface, cursors CursorStore) *Engine {
-	return &Engine{dyn: dyn, cursors: cursors, started: make(chan struct{}), targets: map[types.NamespacedName]*targetRun{}, writers: map[string]*writerRun{},
+	return &Engine{dyn: dyn, cursors: cursors, feeds: feed.New(dyn), started: make(chan struct{}), targets: map[types.NamespacedName]*targetRun{}, writers: map[string]*writerRun{},
 		gates: map[string]<-chan struct{}{}, commits: NewCommitLog(CommitsPerTarget, CommitsTotal)}
 }
 

@@ -185,7 +185,7 @@ func (e *Engine) restartWriter(wr *writerRun, spec WriterSpec) {
 func (e *Engine) startStream(target types.NamespacedName, t *targetRun, wr *writerRun, s StreamSpec) {
 	k := streamKey{s.GVR, s.Namespace}
 	cfg := watch.Config{
-		Client: e.dyn, GVR: s.GVR, Namespace: s.Namespace, TargetUID: t.spec.UID, BasePath: t.spec.Path,
+		Client: e.dyn, Watcher: e.feeds, GVR: s.GVR, Namespace: s.Namespace, TargetUID: t.spec.UID, BasePath: t.spec.Path,
 		IgnoreDeletes: t.spec.IgnoreDeletes, Operations: s.Operations, Sink: targetSink{w: wr.w, uid: t.spec.UID}, IgnoreCursor: t.spec.Replay,
 		OnReplay: func(reason string) {
 			e.statsMu.Lock()

@@ -56,8 +56,30 @@ var (
 		Name: "siteops_mirror_replays_total",
 		Help: "Full replays (list or initial events) of a watch stream, by reason.",
 	}, []string{"reason"})
+	// SharedWatches is the number of shared watches running: one per watched resource.
+	SharedWatches = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "siteops_mirror_shared_watches",
+		Help: "Shared watches of the API server, one per watched resource.",
+	})
+	// WatchSubscribers is the number of streams following the shared watches.
+	WatchSubscribers = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "siteops_mirror_watch_subscribers",
+		Help: "Streams (GitTarget, resource, namespace) following the shared watches.",
+	})
+	// WatchCatchUps counts streams that joined behind a shared watch's position and read what
+	// they missed from a short watch of their own.
+	WatchCatchUps = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "siteops_mirror_watch_catchups_total",
+		Help: "Streams that read the changes before a shared watch's position from a short watch of their own.",
+	})
+	// WatchOverflows counts streams let go by a shared watch because they fell behind.
+	WatchOverflows = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "siteops_mirror_watch_overflows_total",
+		Help: "Streams let go by a shared watch because they held too many undelivered events; each reconnects.",
+	})
 )
 
 func init() {
-	crmetrics.Registry.MustRegister(Events, Commits, Pushes, PendingWrites, PushLatency, CursorWrites, Replays, WritersStopping, CommandsRefused)
+	crmetrics.Registry.MustRegister(Events, Commits, Pushes, PendingWrites, PushLatency, CursorWrites, Replays, WritersStopping, CommandsRefused,
+		SharedWatches, WatchSubscribers, WatchCatchUps, WatchOverflows)
 }

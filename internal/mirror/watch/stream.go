@@ -1,7 +1,8 @@
 // Package watch runs one watch stream per (GitTarget, resource, namespace scope) and turns its
 // events into writer ops. A stream resumes from its durable cursor; without one (or when the
 // API server answers 410 Gone) it replays the current state with initial events (falling back to
-// list+watch) and then sweeps the files of objects that no longer exist.
+// list+watch) and then sweeps the files of objects that no longer exist. Between replays it
+// follows a Watcher, which shares one watch of the API server among all streams of a resource.
 package watch
 
 import (
@@ -40,10 +41,19 @@ type CursorLookup interface {
 	LookupWatchCursor(ctx context.Context, gitTargetUID string, gvr schema.GroupVersionResource, namespace string) (string, bool)
 }
 
+// Watcher opens a watch of a resource's objects in a namespace ("" for all) with every change
+// after a resourceVersion (feed.Feeds: one shared watch per resource for all streams).
+type Watcher interface {
+	Watch(ctx context.Context, gvr schema.GroupVersionResource, namespace, rv string) (watch.Interface, error)
+}
+
 // Config describes one stream.
 type Config struct {
 	// Client reads the watched resource.
 	Client dynamic.Interface
+	// Watcher, when set, serves the stream's watches after a replay or from a cursor; without
+	// it the stream watches the API server itself. Replays always read the API server.
+	Watcher Watcher
 	// GVR is the watched resource; Namespace its namespace ("" for a cluster-scoped resource).
 	GVR       schema.GroupVersionResource
 	Namespace string
@@ -284,8 +294,7 @@ func (s *Stream) list(ctx context.Context, keep map[string]struct{}) (string, er
 // watch follows changes from rv until the watch ends and returns the last resourceVersion seen
 // and whether any event arrived.
 func (s *Stream) watch(ctx context.Context, rv string) (string, bool, error) {
-	timeout := int64(300 + rand.IntN(300))
-	w, err := s.resource().Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &timeout})
+	w, err := s.open(ctx, rv)
 	if err != nil {
 		return rv, false, err
 	}
@@ -325,6 +334,15 @@ func (s *Stream) watch(ctx context.Context, rv string) (string, bool, error) {
 			rv = obj.GetResourceVersion()
 		}
 	}
+}
+
+// open starts the watch from rv: from the shared Watcher when there is one.
+func (s *Stream) open(ctx context.Context, rv string) (watch.Interface, error) {
+	if s.cfg.Watcher != nil {
+		return s.cfg.Watcher.Watch(ctx, s.cfg.GVR, s.cfg.Namespace, rv)
+	}
+	timeout := int64(300 + rand.IntN(300))
+	return s.resource().Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &timeout})
 }
 
 var secretsResource = schema.GroupResource{Resource: "secrets"}

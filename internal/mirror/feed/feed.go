@@ -1,0 +1,494 @@
+// Package feed shares one cluster-wide watch per resource among all of the mirror's streams, so
+// the API server holds one watch per resource type however many GitTargets and namespaces are
+// mirrored. Each stream subscribes from its own resourceVersion: events it missed before the
+// shared watch's position are read from a short watch of its own namespace (the API server's
+// watch cache answers it), then the stream follows the shared watch. A subscriber that falls
+// behind is let go, never waited for, and reconnects from where it stood.
+package feed
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/siteops/siteops/internal/mirror/metrics"
+)
+
+// Defaults for Feeds.
+const (
+	// DefaultQueueLimit is how many events a subscriber may hold undelivered before it is let go.
+	DefaultQueueLimit = 4096
+	// DefaultCatchUpTimeout is the server-side timeout of a catch-up watch: the API server sends
+	// a bookmark 2 s before a watch's timeout, which tells the subscriber it has caught up.
+	DefaultCatchUpTimeout = 4 * time.Second
+)
+
+// Feeds hands out watches served from one shared watch per resource. Its zero value is not
+// usable; call New.
+type Feeds struct {
+	client dynamic.Interface
+	// QueueLimit bounds the events one subscriber holds; past it the subscriber is let go.
+	QueueLimit int
+	// CatchUpTimeout is the server-side timeout of a subscriber's catch-up watch.
+	CatchUpTimeout time.Duration
+
+	mu    sync.Mutex
+	feeds map[schema.GroupVersionResource]*feed
+}
+
+// New returns Feeds reading through client.
+func New(client dynamic.Interface) *Feeds {
+	return &Feeds{client: client, QueueLimit: DefaultQueueLimit, CatchUpTimeout: DefaultCatchUpTimeout, feeds: map[schema.GroupVersionResource]*feed{}}
+}
+
+// Open reports the shared watches currently running, by resource.
+func (fs *Feeds) Open() map[schema.GroupVersionResource]int {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	out := make(map[schema.GroupVersionResource]int, len(fs.feeds))
+	for gvr, f := range fs.feeds {
+		f.mu.Lock()
+		out[gvr] = len(f.subs)
+		f.mu.Unlock()
+	}
+	return out
+}
+
+// Watch returns a watch of gvr's objects in namespace ("" for all namespaces, or a
+// cluster-scoped resource) with every change after resourceVersion rv, in order, bookmarks
+// included. It ends when ctx does, when Stop is called, or when the shared watch ends or the
+// subscriber falls behind (the result channel closes; watch again from the last resourceVersion
+// seen). A position the API server no longer has is reported as a 410 Gone error event.
+func (fs *Feeds) Watch(ctx context.Context, gvr schema.GroupVersionResource, namespace, rv string) (watch.Interface, error) {
+	if _, err := resourceversion.CompareResourceVersion(rv, rv); err != nil {
+		// Not a position that can be compared (never the case for a resourceVersion the API
+		// server gave): watch directly.
+		return fs.resource(gvr, namespace).Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: watchTimeout()})
+	}
+	fs.mu.Lock()
+	running := fs.feeds[gvr] != nil
+	fs.mu.Unlock()
+	pos := ""
+	if !running {
+		// Asked without holding the lock: a slow API server must not hold up other resources.
+		var err error
+		if pos, err = fs.currentPosition(ctx, gvr); err != nil {
+			if apierrors.IsForbidden(err) && namespace != "" {
+				// The manager may read this resource in some namespaces only: watch them one by one.
+				return fs.resource(gvr, namespace).Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: watchTimeout()})
+			}
+			return nil, err
+		}
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	f := fs.feeds[gvr]
+	if f == nil {
+		f = fs.start(gvr, pos)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s := &sub{fs: fs, feed: f, ns: namespace, from: rv, out: make(chan watch.Event), wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
+	f.join(s)
+	metrics.WatchSubscribers.Inc()
+	go s.run()
+	return s, nil
+}
+
+func (fs *Feeds) resource(gvr schema.GroupVersionResource, namespace string) dynamic.ResourceInterface {
+	if namespace == "" {
+		return fs.client.Resource(gvr)
+	}
+	return fs.client.Resource(gvr).Namespace(namespace)
+}
+
+// currentPosition is the resourceVersion a new shared watch starts from: now, without the
+// current objects (a watch from no position would send them all).
+func (fs *Feeds) currentPosition(ctx context.Context, gvr schema.GroupVersionResource) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	l, err := fs.client.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		return "", err
+	}
+	return l.GetResourceVersion(), nil
+}
+
+// start runs a shared watch of gvr from pos; the caller holds fs.mu.
+func (fs *Feeds) start(gvr schema.GroupVersionResource, pos string) *feed {
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &feed{fs: fs, gvr: gvr, pos: pos, subs: map[*sub]struct{}{}, cancel: cancel, done: make(chan struct{})}
+	fs.feeds[gvr] = f
+	metrics.SharedWatches.Inc()
+	go f.run(ctx)
+	return f
+}
+
+// leave removes s from its feed and stops the feed when no one is left.
+func (fs *Feeds) leave(s *sub) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	f := s.feed
+	f.mu.Lock()
+	_, member := f.subs[s]
+	delete(f.subs, s)
+	empty := len(f.subs) == 0 && !f.ended
+	f.mu.Unlock()
+	if member {
+		metrics.WatchSubscribers.Dec()
+	}
+	if empty && fs.feeds[f.gvr] == f {
+		delete(fs.feeds, f.gvr)
+		f.cancel()
+	}
+}
+
+// end takes f out of service; its subscribers' watches close once they delivered what they hold.
+func (fs *Feeds) end(f *feed) {
+	fs.mu.Lock()
+	if fs.feeds[f.gvr] == f {
+		delete(fs.feeds, f.gvr)
+	}
+	f.mu.Lock()
+	f.ended = true
+	subs := make([]*sub, 0, len(f.subs))
+	for s := range f.subs {
+		subs = append(subs, s)
+	}
+	clear(f.subs)
+	f.mu.Unlock()
+	fs.mu.Unlock()
+	metrics.WatchSubscribers.Sub(float64(len(subs)))
+	for _, s := range subs {
+		s.close()
+	}
+}
+
+// watchTimeout spreads the server-side timeouts of long watches, so they do not all reconnect
+// at once.
+func watchTimeout() *int64 {
+	t := int64(300 + rand.IntN(300))
+	return &t
+}
+
+// feed is the shared watch of one resource.
+type feed struct {
+	fs     *Feeds
+	gvr    schema.GroupVersionResource
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu    sync.Mutex
+	pos   string // every event up to here was handed to the subscribers registered then
+	subs  map[*sub]struct{}
+	ended bool
+}
+
+// join registers s; it is handed every event after the feed's position now.
+func (f *feed) join(s *sub) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s.base = f.pos
+	f.subs[s] = struct{}{}
+}
+
+// run follows the resource from the feed's position until ctx ends or the position is gone.
+func (f *feed) run(ctx context.Context) {
+	defer close(f.done)
+	defer metrics.SharedWatches.Dec()
+	defer f.fs.end(f)
+	log := logf.FromContext(ctx).WithName("mirror-feed").WithValues("resource", f.gvr.GroupResource().String())
+	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Cap: 30 * time.Second, Steps: 1 << 30}
+	delay := backoff.Duration
+	for ctx.Err() == nil {
+		f.mu.Lock()
+		pos := f.pos
+		f.mu.Unlock()
+		progressed, err := f.follow(ctx, pos)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case isGone(err), apierrors.IsForbidden(err):
+			// Subscribers reconnect from where each stands; a new shared watch starts from now
+			// (or, where the manager may not watch all namespaces, each watches its own).
+			log.Info("shared watch ended; subscribers reconnect", "resourceVersion", pos, "reason", err.Error())
+			return
+		case err != nil:
+			delay = backoff.Step()
+			log.Error(err, "shared watch failed; reconnecting", "in", delay)
+		case progressed:
+			backoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Cap: 30 * time.Second, Steps: 1 << 30}
+			delay = 0
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
+	}
+}
+
+// follow runs one watch from pos and hands its events out; it reports whether any arrived.
+func (f *feed) follow(ctx context.Context, pos string) (bool, error) {
+	w, err := f.fs.client.Resource(f.gvr).Watch(ctx, metav1.ListOptions{ResourceVersion: pos, AllowWatchBookmarks: true, TimeoutSeconds: watchTimeout()})
+	if err != nil {
+		return false, err
+	}
+	defer w.Stop()
+	progressed := false
+	for {
+		select {
+		case <-ctx.Done():
+			return progressed, nil
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return progressed, nil
+			}
+			if ev.Type == watch.Error {
+				return progressed, apierrors.FromObject(ev.Object)
+			}
+			m, err := metaOf(ev.Object)
+			if err != nil {
+				continue
+			}
+			progressed = true
+			f.dispatch(ev, m.GetResourceVersion(), m.GetNamespace())
+		}
+	}
+}
+
+// dispatch hands ev to every subscriber of its namespace (bookmarks to all) and moves the
+// feed's position. Every subscriber but the last gets its own copy, made before anyone holds
+// the original: streams may change what they are given.
+func (f *feed) dispatch(ev watch.Event, rv, ns string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pos = rv
+	to := make([]*sub, 0, 1)
+	for s := range f.subs {
+		if ev.Type == watch.Bookmark || s.ns == "" || s.ns == ns {
+			to = append(to, s)
+		}
+	}
+	for i, s := range to {
+		e := ev
+		if i < len(to)-1 && ev.Type != watch.Bookmark {
+			e.Object = ev.Object.DeepCopyObject()
+		}
+		s.push(item{ev: e, rv: rv})
+	}
+}
+
+type item struct {
+	ev watch.Event
+	rv string
+}
+
+// sub is one stream's watch.
+type sub struct {
+	fs     *Feeds
+	feed   *feed
+	ns     string
+	from   string // the stream asked for every change after this
+	base   string // the feed hands this subscriber every change after this
+	out    chan watch.Event
+	wake   chan struct{}
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	queue    []item
+	overflow bool
+	closed   bool
+}
+
+// ResultChan implements watch.Interface.
+func (s *sub) ResultChan() <-chan watch.Event { return s.out }
+
+// Stop implements watch.Interface.
+func (s *sub) Stop() { s.cancel() }
+
+// push queues it for delivery; past the queue limit the subscriber is let go instead.
+func (s *sub) push(it item) {
+	s.mu.Lock()
+	switch {
+	case s.overflow || s.closed:
+	case len(s.queue) >= s.fs.QueueLimit:
+		s.overflow, s.queue = true, nil
+		metrics.WatchOverflows.Inc()
+	default:
+		s.queue = append(s.queue, it)
+	}
+	s.mu.Unlock()
+	s.signal()
+}
+
+// close tells s the feed ended: it delivers what it holds and closes its result channel.
+func (s *sub) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.signal()
+}
+
+func (s *sub) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run delivers the changes after s.from: first what happened before the feed's position (from
+// a catch-up watch), then what the feed hands over.
+func (s *sub) run() {
+	defer close(s.out)
+	defer s.fs.leave(s)
+	defer s.cancel()
+	last := s.from
+	if before(last, s.base) {
+		var ok bool
+		if last, ok = s.catchUp(last); !ok {
+			return
+		}
+	}
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.wake:
+		}
+		s.mu.Lock()
+		batch, overflow, closed := s.queue, s.overflow, s.closed
+		s.queue = nil
+		s.mu.Unlock()
+		if overflow {
+			return // reconnecting from last reads what was dropped from the API server
+		}
+		for _, it := range batch {
+			if !before(last, it.rv) {
+				continue // delivered by the catch-up watch
+			}
+			if !s.send(it.ev) {
+				return
+			}
+			last = it.rv
+		}
+		if closed {
+			return
+		}
+	}
+}
+
+// catchUp relays a watch of s's namespace from last until it reaches the feed's position
+// (an event or bookmark at or past it) and returns the last resourceVersion delivered. It
+// returns false when the subscriber is done: its context ended, or an error was delivered.
+func (s *sub) catchUp(last string) (string, bool) {
+	metrics.WatchCatchUps.Inc()
+	for attempt := 0; ; attempt++ {
+		timeout := int64(s.fs.CatchUpTimeout / time.Second)
+		opts := metav1.ListOptions{ResourceVersion: last, AllowWatchBookmarks: true, TimeoutSeconds: &timeout}
+		if attempt >= 3 {
+			// The server sent no bookmark in three short watches: follow it directly, with the
+			// timeouts of a long watch, rather than reconnect every few seconds.
+			opts.TimeoutSeconds = watchTimeout()
+		}
+		w, err := s.fs.resource(s.feed.gvr, s.ns).Watch(s.ctx, opts)
+		if err != nil {
+			if s.ctx.Err() == nil {
+				s.send(errorEvent(err))
+			}
+			return last, false
+		}
+		reached, ok := s.relay(w, &last)
+		w.Stop()
+		if !ok {
+			return last, false
+		}
+		if reached {
+			return last, true
+		}
+	}
+}
+
+// relay delivers w's events after *last until one reaches the feed's position.
+func (s *sub) relay(w watch.Interface, last *string) (reached, ok bool) {
+	for {
+		select {
+		case <-s.ctx.Done():
+			return false, false
+		case ev, open := <-w.ResultChan():
+			if !open {
+				return false, true
+			}
+			if ev.Type == watch.Error {
+				s.send(ev)
+				return false, false
+			}
+			m, err := metaOf(ev.Object)
+			if err != nil {
+				continue
+			}
+			rv := m.GetResourceVersion()
+			if before(*last, rv) {
+				if !s.send(ev) {
+					return false, false
+				}
+				*last = rv
+			}
+			if !before(rv, s.base) {
+				return true, true
+			}
+		}
+	}
+}
+
+// send delivers ev unless the subscriber is stopped.
+func (s *sub) send(ev watch.Event) bool {
+	select {
+	case s.out <- ev:
+		return true
+	case <-s.ctx.Done():
+		return false
+	}
+}
+
+// before reports whether resourceVersion a comes before b; positions that do not compare (never
+// the case for the API server's) count as before, so nothing is skipped.
+func before(a, b string) bool {
+	c, err := resourceversion.CompareResourceVersion(a, b)
+	return err != nil || c < 0
+}
+
+func metaOf(obj runtime.Object) (metav1.Object, error) {
+	if obj == nil {
+		return nil, errors.New("watch event without an object")
+	}
+	return apimeta.Accessor(obj)
+}
+
+// errorEvent turns a failed watch request into the error event a watch would have sent.
+func errorEvent(err error) watch.Event {
+	var st apierrors.APIStatus
+	if errors.As(err, &st) {
+		s := st.Status()
+		return watch.Event{Type: watch.Error, Object: &s}
+	}
+	s := apierrors.NewInternalError(err).Status()
+	return watch.Event{Type: watch.Error, Object: &s}
+}
+
+// isGone reports whether err says a watch position no longer exists.
+func isGone(err error) bool {
+	return apierrors.IsGone(err) || apierrors.IsResourceExpired(err)
+}
