@@ -1,9 +1,11 @@
 // Package feed shares one cluster-wide watch per resource among all of the mirror's streams, so
 // the API server holds one watch per resource type however many GitTargets and namespaces are
-// mirrored. Each stream subscribes from its own resourceVersion: events it missed before the
-// shared watch's position are read from a short watch of its own namespace (the API server's
-// watch cache answers it), then the stream follows the shared watch. A subscriber that falls
-// behind is let go, never waited for, and reconnects from where it stood.
+// mirrored. Each stream subscribes from its own resourceVersion and gets every change of its
+// namespace after it, in order and once. A stream that joins behind the shared watch's position
+// (a cursor after a restart) makes the shared watch start again from that position, at most
+// once a second for all who joined meanwhile; the API server's watch cache sends the changes
+// since then again and each stream skips those it already has. A stream that falls behind is
+// let go, never waited for, and reconnects from where it stood.
 package feed
 
 import (
@@ -31,9 +33,6 @@ import (
 const (
 	// DefaultQueueLimit is how many events a subscriber may hold undelivered before it is let go.
 	DefaultQueueLimit = 4096
-	// DefaultCatchUpTimeout is the server-side timeout of a catch-up watch: the API server sends
-	// a bookmark 2 s before a watch's timeout, which tells the subscriber it has caught up.
-	DefaultCatchUpTimeout = 4 * time.Second
 )
 
 // Feeds hands out watches served from one shared watch per resource. Its zero value is not
@@ -42,8 +41,6 @@ type Feeds struct {
 	client dynamic.Interface
 	// QueueLimit bounds the events one subscriber holds; past it the subscriber is let go.
 	QueueLimit int
-	// CatchUpTimeout is the server-side timeout of a subscriber's catch-up watch.
-	CatchUpTimeout time.Duration
 
 	mu    sync.Mutex
 	feeds map[schema.GroupVersionResource]*feed
@@ -51,7 +48,7 @@ type Feeds struct {
 
 // New returns Feeds reading through client.
 func New(client dynamic.Interface) *Feeds {
-	return &Feeds{client: client, QueueLimit: DefaultQueueLimit, CatchUpTimeout: DefaultCatchUpTimeout, feeds: map[schema.GroupVersionResource]*feed{}}
+	return &Feeds{client: client, QueueLimit: DefaultQueueLimit, feeds: map[schema.GroupVersionResource]*feed{}}
 }
 
 // Open reports the shared watches currently running, by resource.
@@ -100,7 +97,7 @@ func (fs *Feeds) Watch(ctx context.Context, gvr schema.GroupVersionResource, nam
 		f = fs.start(gvr, pos)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &sub{fs: fs, feed: f, ns: namespace, from: rv, out: make(chan watch.Event), wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
+	s := &sub{fs: fs, feed: f, ns: namespace, from: rv, handed: rv, out: make(chan watch.Event), wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
 	f.join(s)
 	metrics.WatchSubscribers.Inc()
 	go s.run()
@@ -115,7 +112,8 @@ func (fs *Feeds) resource(gvr schema.GroupVersionResource, namespace string) dyn
 }
 
 // currentPosition is the resourceVersion a new shared watch starts from: now, without the
-// current objects (a watch from no position would send them all).
+// current objects (a watch from no position would send them all). A consistent list also
+// brings the API server's watch cache up to it, so the cache's next bookmarks pass it.
 func (fs *Feeds) currentPosition(ctx context.Context, gvr schema.GroupVersionResource) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -129,7 +127,7 @@ func (fs *Feeds) currentPosition(ctx context.Context, gvr schema.GroupVersionRes
 // start runs a shared watch of gvr from pos; the caller holds fs.mu.
 func (fs *Feeds) start(gvr schema.GroupVersionResource, pos string) *feed {
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &feed{fs: fs, gvr: gvr, pos: pos, subs: map[*sub]struct{}{}, cancel: cancel, done: make(chan struct{})}
+	f := &feed{fs: fs, gvr: gvr, pos: pos, subs: map[*sub]struct{}{}, cancel: cancel, done: make(chan struct{}), behind: make(chan struct{}, 1)}
 	fs.feeds[gvr] = f
 	metrics.SharedWatches.Inc()
 	go f.run(ctx)
@@ -189,19 +187,32 @@ type feed struct {
 	gvr    schema.GroupVersionResource
 	cancel context.CancelFunc
 	done   chan struct{}
+	// behind is signalled when a subscriber joined behind pos.
+	behind chan struct{}
 
 	mu    sync.Mutex
-	pos   string // every event up to here was handed to the subscribers registered then
+	pos   string // every event up to here was handed to the subscribers following then
 	subs  map[*sub]struct{}
 	ended bool
+	// rewound holds the subscribers the running watch started again for, and the position it
+	// started from before, until the API server accepted the earlier position.
+	rewound     []*sub
+	rewoundFrom string
 }
 
-// join registers s; it is handed every event after the feed's position now.
+// join registers s. A subscriber behind the feed's position waits, handed nothing, until the
+// feed starts again from its position.
 func (f *feed) join(s *sub) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s.base = f.pos
 	f.subs[s] = struct{}{}
+	if before(s.from, f.pos) {
+		s.waiting = true
+		select {
+		case f.behind <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // run follows the resource from the feed's position until ctx ends or the position is gone.
@@ -210,53 +221,107 @@ func (f *feed) run(ctx context.Context) {
 	defer metrics.SharedWatches.Dec()
 	defer f.fs.end(f)
 	log := logf.FromContext(ctx).WithName("mirror-feed").WithValues("resource", f.gvr.GroupResource().String())
-	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Cap: 30 * time.Second, Steps: 1 << 30}
-	delay := backoff.Duration
+	backoff := newBackoff()
+	var lastRewind time.Time
 	for ctx.Err() == nil {
 		f.mu.Lock()
 		pos := f.pos
 		f.mu.Unlock()
-		progressed, err := f.follow(ctx, pos)
+		progressed, rewound, err := f.follow(ctx, pos, &lastRewind)
 		switch {
 		case ctx.Err() != nil:
 			return
+		case isGone(err) && f.refuseRewind(err):
+			log.Info("a stream's position is older than the API server keeps; it replays", "resourceVersion", pos)
+			continue
 		case isGone(err), apierrors.IsForbidden(err):
 			// Subscribers reconnect from where each stands; a new shared watch starts from now
 			// (or, where the manager may not watch all namespaces, each watches its own).
 			log.Info("shared watch ended; subscribers reconnect", "resourceVersion", pos, "reason", err.Error())
 			return
 		case err != nil:
-			delay = backoff.Step()
-			log.Error(err, "shared watch failed; reconnecting", "in", delay)
+			d := backoff.Step()
+			log.Error(err, "shared watch failed; reconnecting", "in", d)
+			select {
+			case <-ctx.Done():
+			case <-time.After(d):
+			}
 		case progressed:
-			backoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Cap: 30 * time.Second, Steps: 1 << 30}
-			delay = 0
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(delay):
+			backoff = newBackoff()
+		case !rewound:
+			// Closed at once without an event: do not ask again in a tight loop.
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff.Duration):
+			}
 		}
 	}
 }
 
-// follow runs one watch from pos and hands its events out; it reports whether any arrived.
-func (f *feed) follow(ctx context.Context, pos string) (bool, error) {
+// newBackoff is the wait before a failed shared watch reconnects: 500 ms doubling to 30 s.
+func newBackoff() wait.Backoff {
+	return wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Cap: 30 * time.Second, Steps: 1 << 30}
+}
+
+// refuseRewind ends the subscribers a rewind was for with 410 Gone when the API server refused
+// the earlier position (err is Gone), and restores the position the feed had; it reports
+// whether there was such a rewind.
+func (f *feed) refuseRewind(err error) bool {
+	if !isGone(err) {
+		return false
+	}
+	f.mu.Lock()
+	subs, from := f.rewound, f.rewoundFrom
+	f.rewound, f.rewoundFrom = nil, ""
+	if len(subs) == 0 {
+		f.mu.Unlock()
+		return false
+	}
+	f.pos = from
+	members := 0
+	for _, s := range subs {
+		if _, ok := f.subs[s]; ok {
+			delete(f.subs, s)
+			members++
+		}
+	}
+	f.mu.Unlock()
+	metrics.WatchSubscribers.Sub(float64(members))
+	for _, s := range subs {
+		s.fail(errorEvent(err))
+	}
+	return true
+}
+
+// follow runs one watch from pos and hands its events out until it ends, fails, or subscribers
+// behind pos make it start again; it reports whether any event arrived and whether it stopped
+// to start again from an earlier position.
+func (f *feed) follow(ctx context.Context, pos string, lastRewind *time.Time) (progressed, rewound bool, err error) {
 	w, err := f.fs.client.Resource(f.gvr).Watch(ctx, metav1.ListOptions{ResourceVersion: pos, AllowWatchBookmarks: true, TimeoutSeconds: watchTimeout()})
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	defer w.Stop()
-	progressed := false
+	var rewindAt <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
-			return progressed, nil
+			return progressed, false, nil
+		case <-f.behind:
+			// Gathered for a second at most, so joins in a burst share one restart.
+			if rewindAt == nil {
+				rewindAt = time.After(time.Until(lastRewind.Add(time.Second)))
+			}
+		case <-rewindAt:
+			*lastRewind = time.Now()
+			f.rewind()
+			return progressed, true, nil
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				return progressed, nil
+				return progressed, false, nil
 			}
 			if ev.Type == watch.Error {
-				return progressed, apierrors.FromObject(ev.Object)
+				return progressed, false, apierrors.FromObject(ev.Object)
 			}
 			m, err := metaOf(ev.Object)
 			if err != nil {
@@ -268,17 +333,48 @@ func (f *feed) follow(ctx context.Context, pos string) (bool, error) {
 	}
 }
 
-// dispatch hands ev to every subscriber of its namespace (bookmarks to all) and moves the
-// feed's position. Every subscriber but the last gets its own copy, made before anyone holds
+// rewind moves the feed's position back to the earliest waiting subscriber's and lets every
+// waiting subscriber follow again; the caller starts the watch again from there.
+func (f *feed) rewind() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	from := f.pos
+	var subs []*sub
+	for s := range f.subs {
+		if !s.waiting {
+			continue
+		}
+		s.waiting = false
+		subs = append(subs, s)
+		if before(s.from, f.pos) {
+			f.pos = s.from
+		}
+	}
+	if len(subs) == 0 {
+		return
+	}
+	metrics.WatchRewinds.Inc()
+	if len(f.rewound) == 0 {
+		f.rewoundFrom = from
+	}
+	f.rewound = append(f.rewound, subs...)
+}
+
+// dispatch hands ev to every following subscriber of its namespace (bookmarks to all) and moves
+// the feed's position. Every subscriber but the last gets its own copy, made before anyone holds
 // the original: streams may change what they are given.
 func (f *feed) dispatch(ev watch.Event, rv, ns string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.pos = rv
+	f.rewound, f.rewoundFrom = nil, "" // the API server accepted the earlier position
 	to := make([]*sub, 0, 1)
 	for s := range f.subs {
-		if ev.Type == watch.Bookmark || s.ns == "" || s.ns == ns {
+		// Events a subscriber was handed already (the feed started again from an earlier
+		// position) are not queued twice.
+		if !s.waiting && before(s.handed, rv) && (ev.Type == watch.Bookmark || s.ns == "" || s.ns == ns) {
 			to = append(to, s)
+			s.handed = rv
 		}
 	}
 	for i, s := range to {
@@ -301,16 +397,20 @@ type sub struct {
 	feed   *feed
 	ns     string
 	from   string // the stream asked for every change after this
-	base   string // the feed hands this subscriber every change after this
 	out    chan watch.Event
 	wake   chan struct{}
 	ctx    context.Context
 	cancel context.CancelFunc
+	// waiting (guarded by feed.mu) holds the subscriber back until the feed starts again from
+	// its position; handed (also) is the position of the last event handed to it.
+	waiting bool
+	handed  string
 
 	mu       sync.Mutex
 	queue    []item
 	overflow bool
 	closed   bool
+	failure  *watch.Event
 }
 
 // ResultChan implements watch.Interface.
@@ -342,6 +442,14 @@ func (s *sub) close() {
 	s.signal()
 }
 
+// fail ends s with ev (an error event) after what it holds.
+func (s *sub) fail(ev watch.Event) {
+	s.mu.Lock()
+	s.closed, s.failure = true, &ev
+	s.mu.Unlock()
+	s.signal()
+}
+
 func (s *sub) signal() {
 	select {
 	case s.wake <- struct{}{}:
@@ -349,19 +457,13 @@ func (s *sub) signal() {
 	}
 }
 
-// run delivers the changes after s.from: first what happened before the feed's position (from
-// a catch-up watch), then what the feed hands over.
+// run delivers the changes after s.from as the feed hands them over, skipping any it already
+// delivered (a feed that started again from an earlier position sends them twice).
 func (s *sub) run() {
 	defer close(s.out)
 	defer s.fs.leave(s)
 	defer s.cancel()
 	last := s.from
-	if before(last, s.base) {
-		var ok bool
-		if last, ok = s.catchUp(last); !ok {
-			return
-		}
-	}
 	for {
 		select {
 		case <-s.ctx.Done():
@@ -369,7 +471,7 @@ func (s *sub) run() {
 		case <-s.wake:
 		}
 		s.mu.Lock()
-		batch, overflow, closed := s.queue, s.overflow, s.closed
+		batch, overflow, closed, failure := s.queue, s.overflow, s.closed, s.failure
 		s.queue = nil
 		s.mu.Unlock()
 		if overflow {
@@ -377,78 +479,18 @@ func (s *sub) run() {
 		}
 		for _, it := range batch {
 			if !before(last, it.rv) {
-				continue // delivered by the catch-up watch
+				continue
 			}
 			if !s.send(it.ev) {
 				return
 			}
 			last = it.rv
 		}
+		if failure != nil {
+			s.send(*failure)
+		}
 		if closed {
 			return
-		}
-	}
-}
-
-// catchUp relays a watch of s's namespace from last until it reaches the feed's position
-// (an event or bookmark at or past it) and returns the last resourceVersion delivered. It
-// returns false when the subscriber is done: its context ended, or an error was delivered.
-func (s *sub) catchUp(last string) (string, bool) {
-	metrics.WatchCatchUps.Inc()
-	for attempt := 0; ; attempt++ {
-		timeout := int64(s.fs.CatchUpTimeout / time.Second)
-		opts := metav1.ListOptions{ResourceVersion: last, AllowWatchBookmarks: true, TimeoutSeconds: &timeout}
-		if attempt >= 3 {
-			// The server sent no bookmark in three short watches: follow it directly, with the
-			// timeouts of a long watch, rather than reconnect every few seconds.
-			opts.TimeoutSeconds = watchTimeout()
-		}
-		w, err := s.fs.resource(s.feed.gvr, s.ns).Watch(s.ctx, opts)
-		if err != nil {
-			if s.ctx.Err() == nil {
-				s.send(errorEvent(err))
-			}
-			return last, false
-		}
-		reached, ok := s.relay(w, &last)
-		w.Stop()
-		if !ok {
-			return last, false
-		}
-		if reached {
-			return last, true
-		}
-	}
-}
-
-// relay delivers w's events after *last until one reaches the feed's position.
-func (s *sub) relay(w watch.Interface, last *string) (reached, ok bool) {
-	for {
-		select {
-		case <-s.ctx.Done():
-			return false, false
-		case ev, open := <-w.ResultChan():
-			if !open {
-				return false, true
-			}
-			if ev.Type == watch.Error {
-				s.send(ev)
-				return false, false
-			}
-			m, err := metaOf(ev.Object)
-			if err != nil {
-				continue
-			}
-			rv := m.GetResourceVersion()
-			if before(*last, rv) {
-				if !s.send(ev) {
-					return false, false
-				}
-				*last = rv
-			}
-			if !before(rv, s.base) {
-				return true, true
-			}
 		}
 	}
 }

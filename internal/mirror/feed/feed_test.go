@@ -141,7 +141,6 @@ func TestStreamsOfManyNamespacesShareOneWatch(t *testing.T) {
 	if got := fs.Open(); len(got) != 1 || got[configmaps] != n {
 		t.Fatalf("shared watches %v, want one of configmaps with %d subscribers", got, n)
 	}
-	// Catch-up watches (each subscriber started behind the shared position) end within seconds.
 	testenv.Eventually(t, 20*time.Second, func() error {
 		if got := c.Watches(t, "configmaps") - before; got != 1 {
 			return fmt.Errorf("the API server holds %d more watches of configmaps, want 1", got)
@@ -180,7 +179,7 @@ func TestSubscriberBehindTheSharedWatchMissesNothing(t *testing.T) {
 	expect(t, wo, other+"/o=1")
 	put(t, c, early, "b", "3")
 	// A subscriber from the earlier position gets the changes from before the shared watch's
-	// position (catch-up) and after it (shared), each once and in order.
+	// position and after it, each once and in order.
 	we, err := fs.Watch(ctx, configmaps, early, from)
 	if err != nil {
 		t.Fatal(err)
@@ -267,4 +266,38 @@ func TestReaderOfSomeNamespacesWatchesEachDirectly(t *testing.T) {
 	if got := fs.Open(); len(got) != 0 {
 		t.Fatalf("shared watches %v, want none for an identity that may not watch every namespace", got)
 	}
+}
+
+func TestSubscriberFromAnOlderPositionOpensNoWatchOfItsOwn(t *testing.T) {
+	c, fs := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	quietNS, busyNS := c.Namespace(t, "feed", nil), c.Namespace(t, "feed", nil)
+	from := put(t, c, quietNS, "q", "1")
+	busy, err := fs.Watch(ctx, configmaps, busyNS, put(t, c, busyNS, "seed", "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Stop()
+	put(t, c, quietNS, "q", "2")
+	put(t, c, busyNS, "b", "1")
+	expect(t, busy, busyNS+"/b=1")
+	before := c.Watches(t, "configmaps")
+	// Behind the shared watch: the shared watch starts again from its position, and the
+	// subscriber already following skips what it was handed before.
+	w, err := fs.Watch(ctx, configmaps, quietNS, from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	expect(t, w, quietNS+"/q=2")
+	put(t, c, busyNS, "b", "2")
+	expect(t, busy, busyNS+"/b=2")
+	quiet(t, busy)
+	if got := c.Watches(t, "configmaps") - before; got != 0 {
+		t.Fatalf("the API server holds %d more watches of configmaps, want none", got)
+	}
+	put(t, c, quietNS, "q", "3")
+	expect(t, w, quietNS+"/q=3")
+	quiet(t, w)
 }

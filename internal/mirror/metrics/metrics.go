@@ -66,11 +66,11 @@ var (
 		Name: "siteops_mirror_watch_subscribers",
 		Help: "Streams (GitTarget, resource, namespace) following the shared watches.",
 	})
-	// WatchCatchUps counts streams that joined behind a shared watch's position and read what
-	// they missed from a short watch of their own.
-	WatchCatchUps = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "siteops_mirror_watch_catchups_total",
-		Help: "Streams that read the changes before a shared watch's position from a short watch of their own.",
+	// WatchRewinds counts the times a shared watch started again from an earlier position, for
+	// streams that joined behind it.
+	WatchRewinds = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "siteops_mirror_watch_rewinds_total",
+		Help: "Times a shared watch started again from an earlier position for streams that joined behind it.",
 	})
 	// WatchOverflows counts streams let go by a shared watch because they fell behind.
 	WatchOverflows = prometheus.NewCounter(prometheus.CounterOpts{
@@ -81,5 +81,5 @@ var (
 
 func init() {
 	crmetrics.Registry.MustRegister(Events, Commits, Pushes, PendingWrites, PushLatency, CursorWrites, Replays, WritersStopping, CommandsRefused,
-		SharedWatches, WatchSubscribers, WatchCatchUps, WatchOverflows)
+		SharedWatches, WatchSubscribers, WatchRewinds, WatchOverflows)
 }
