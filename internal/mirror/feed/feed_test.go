@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/siteops/siteops/internal/mirror/feed"
 	"github.com/siteops/siteops/internal/servers"
@@ -300,4 +301,70 @@ func TestSubscriberFromAnOlderPositionOpensNoWatchOfItsOwn(t *testing.T) {
 	put(t, c, quietNS, "q", "3")
 	expect(t, w, quietNS+"/q=3")
 	quiet(t, w)
+}
+
+// A compacted history is needed: a server without watch cache that compacts etcd every second
+// answers 410 Gone to a watch from an old resourceVersion.
+func TestPositionTheAPIServerNoLongerHasEndsOnlyItsSubscriber(t *testing.T) {
+	c := testenv.NewAPIServer(t, servers.APIServerOptions{Configure: func(env *envtest.Environment) {
+		args := env.ControlPlane.GetAPIServer().Configure()
+		args.Set("watch-cache", "false")
+		args.Set("etcd-compaction-interval", "1s")
+	}})
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := feed.New(dyn)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	goneNS, liveNS := c.Namespace(t, "feed", nil), c.Namespace(t, "feed", nil)
+	old := put(t, c, goneNS, "g", "0")
+	for i := range 5 {
+		put(t, c, goneNS, "g", fmt.Sprint(i+1))
+	}
+	testenv.Eventually(t, 20*time.Second, func() error {
+		w, err := dyn.Resource(configmaps).Namespace(goneNS).Watch(ctx, metav1.ListOptions{ResourceVersion: old})
+		if err != nil {
+			return nil // 410 on the request itself
+		}
+		defer w.Stop()
+		select {
+		case ev := <-w.ResultChan():
+			if ev.Type == watch.Error {
+				return nil
+			}
+			return fmt.Errorf("a watch from %s still delivers %s", old, ev.Type)
+		case <-time.After(time.Second):
+			return fmt.Errorf("no event")
+		}
+	})
+	live, err := fs.Watch(ctx, configmaps, liveNS, put(t, c, liveNS, "seed", "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Stop()
+	put(t, c, liveNS, "l", "1")
+	expect(t, live, liveNS+"/l=1")
+
+	gone, err := fs.Watch(ctx, configmaps, goneNS, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gone.Stop()
+	select {
+	case ev, ok := <-gone.ResultChan():
+		if !ok || ev.Type != watch.Error {
+			t.Fatalf("got %v (open %v), want a 410 error event", ev.Type, ok)
+		}
+		if err := apierrors.FromObject(ev.Object); !apierrors.IsGone(err) && !apierrors.IsResourceExpired(err) {
+			t.Fatalf("got %v, want 410 Gone", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("no answer for a position the API server no longer has")
+	}
+	// The other subscriber goes on: nothing twice, nothing lost.
+	put(t, c, liveNS, "l", "2")
+	expect(t, live, liveNS+"/l=2")
+	quiet(t, live)
 }
