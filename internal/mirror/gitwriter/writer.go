@@ -110,7 +110,7 @@ type Status struct {
 // Writer commits and pushes Ops for one repository and branch. Run it with Run.
 type Writer struct {
 	cfg    Config
-	in     chan Op
+	in     chan *Op // pointers: a buffer of 4096 Ops by value is over 1 MiB per writer
 	name   string
 	remote *remote
 
@@ -181,7 +181,7 @@ func New(cfg Config) *Writer {
 	if cfg.MaxSweepChanges <= 0 {
 		cfg.MaxSweepChanges = DefaultMaxSweepChanges
 	}
-	return &Writer{cfg: cfg, in: make(chan Op, 4096), name: egress.Redact(cfg.URL) + "#" + cfg.Branch, remote: newRemote(cfg), commands: make(chan commandRequest), finds: make(chan findRequest), stopped: make(chan struct{}),
+	return &Writer{cfg: cfg, in: make(chan *Op, 4096), name: egress.Redact(cfg.URL) + "#" + cfg.Branch, remote: newRemote(cfg), commands: make(chan commandRequest), finds: make(chan findRequest), stopped: make(chan struct{}),
 		queuedBytes: semaphore.NewWeighted(cfg.MaxQueuedBytes), refusals: sweepRefusals{}}
 }
 
@@ -203,7 +203,7 @@ func (w *Writer) Enqueue(ctx context.Context, op Op) error {
 	w.queued++
 	w.mu.Unlock()
 	select {
-	case w.in <- op:
+	case w.in <- &op:
 		return nil
 	case <-ctx.Done():
 		w.mu.Lock()
@@ -329,7 +329,7 @@ func (w *Writer) Run(ctx context.Context) error {
 			for {
 				select {
 				case op := <-w.in:
-					take(op)
+					take(*op)
 					continue
 				default:
 				}
@@ -342,13 +342,13 @@ func (w *Writer) Run(ctx context.Context) error {
 			cancel()
 			return nil
 		case op := <-in:
-			take(op)
+			take(*op)
 			// Take whatever else is already queued before deciding, so bursts batch well.
 		drain:
 			for pending.len() < w.cfg.MaxBatch {
 				select {
 				case op := <-w.in:
-					take(op)
+					take(*op)
 				default:
 					break drain
 				}
@@ -374,7 +374,7 @@ func (w *Writer) Run(ctx context.Context) error {
 			for {
 				select {
 				case op := <-w.in:
-					take(op)
+					take(*op)
 				default:
 					break drainAll
 				}
