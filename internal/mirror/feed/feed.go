@@ -127,7 +127,7 @@ func (fs *Feeds) currentPosition(ctx context.Context, gvr schema.GroupVersionRes
 // start runs a shared watch of gvr from pos; the caller holds fs.mu.
 func (fs *Feeds) start(gvr schema.GroupVersionResource, pos string) *feed {
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &feed{fs: fs, gvr: gvr, pos: pos, subs: map[*sub]struct{}{}, cancel: cancel, done: make(chan struct{}), behind: make(chan struct{}, 1)}
+	f := &feed{fs: fs, gvr: gvr, pos: pos, subs: map[*sub]struct{}{}, byNS: map[string]map[*sub]struct{}{}, cancel: cancel, done: make(chan struct{}), behind: make(chan struct{}, 1)}
 	fs.feeds[gvr] = f
 	metrics.SharedWatches.Inc()
 	go f.run(ctx)
@@ -140,8 +140,7 @@ func (fs *Feeds) leave(s *sub) {
 	defer fs.mu.Unlock()
 	f := s.feed
 	f.mu.Lock()
-	_, member := f.subs[s]
-	delete(f.subs, s)
+	member := f.remove(s)
 	empty := len(f.subs) == 0 && !f.ended
 	f.mu.Unlock()
 	if member {
@@ -166,6 +165,7 @@ func (fs *Feeds) end(f *feed) {
 		subs = append(subs, s)
 	}
 	clear(f.subs)
+	clear(f.byNS)
 	f.mu.Unlock()
 	fs.mu.Unlock()
 	metrics.WatchSubscribers.Sub(float64(len(subs)))
@@ -193,11 +193,28 @@ type feed struct {
 	mu    sync.Mutex
 	pos   string // every event up to here was handed to the subscribers following then
 	subs  map[*sub]struct{}
+	byNS  map[string]map[*sub]struct{} // subs by namespace ("" for all namespaces)
 	ended bool
 	// rewound holds the subscribers the running watch started again for, and the position it
 	// started from before, until the API server accepted the earlier position.
 	rewound     []*sub
 	rewoundFrom string
+}
+
+// remove takes s out of the feed's subscribers and reports whether it was one; the caller
+// holds f.mu.
+func (f *feed) remove(s *sub) bool {
+	if _, ok := f.subs[s]; !ok {
+		return false
+	}
+	delete(f.subs, s)
+	if m := f.byNS[s.ns]; m != nil {
+		delete(m, s)
+		if len(m) == 0 {
+			delete(f.byNS, s.ns)
+		}
+	}
+	return true
 }
 
 // join registers s. A subscriber behind the feed's position waits, handed nothing, until the
@@ -206,6 +223,10 @@ func (f *feed) join(s *sub) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.subs[s] = struct{}{}
+	if f.byNS[s.ns] == nil {
+		f.byNS[s.ns] = map[*sub]struct{}{}
+	}
+	f.byNS[s.ns][s] = struct{}{}
 	if before(s.from, f.pos) {
 		s.waiting = true
 		select {
@@ -280,8 +301,7 @@ func (f *feed) refuseRewind(err error) bool {
 	f.pos = from
 	members := 0
 	for _, s := range subs {
-		if _, ok := f.subs[s]; ok {
-			delete(f.subs, s)
+		if f.remove(s) {
 			members++
 		}
 	}
@@ -369,12 +389,22 @@ func (f *feed) dispatch(ev watch.Event, rv, ns string) {
 	f.pos = rv
 	f.rewound, f.rewoundFrom = nil, "" // the API server accepted the earlier position
 	to := make([]*sub, 0, 1)
-	for s := range f.subs {
-		// Events a subscriber was handed already (the feed started again from an earlier
-		// position) are not queued twice.
-		if !s.waiting && before(s.handed, rv) && (ev.Type == watch.Bookmark || s.ns == "" || s.ns == ns) {
-			to = append(to, s)
-			s.handed = rv
+	take := func(subs map[*sub]struct{}) {
+		for s := range subs {
+			// Events a subscriber was handed already (the feed started again from an earlier
+			// position) are not queued twice.
+			if !s.waiting && before(s.handed, rv) {
+				to = append(to, s)
+				s.handed = rv
+			}
+		}
+	}
+	if ev.Type == watch.Bookmark {
+		take(f.subs)
+	} else {
+		take(f.byNS[ns])
+		if ns != "" {
+			take(f.byNS[""]) // subscribers of every namespace
 		}
 	}
 	for i, s := range to {

@@ -368,3 +368,25 @@ func TestPositionTheAPIServerNoLongerHasEndsOnlyItsSubscriber(t *testing.T) {
 	expect(t, live, liveNS+"/l=2")
 	quiet(t, live)
 }
+
+func TestSubscriberOfEveryNamespaceGetsThemAll(t *testing.T) {
+	c, fs := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	one, two := c.Namespace(t, "feed", nil), c.Namespace(t, "feed", nil)
+	mine, err := fs.Watch(ctx, configmaps, one, put(t, c, one, "seed", "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mine.Stop()
+	all, err := fs.Watch(ctx, configmaps, "", put(t, c, two, "seed", "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer all.Stop()
+	put(t, c, one, "a", "1")
+	put(t, c, two, "b", "1")
+	expect(t, all, one+"/a=1", two+"/b=1")
+	expect(t, mine, one+"/a=1")
+	quiet(t, mine)
+}
