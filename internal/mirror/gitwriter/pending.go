@@ -157,8 +157,7 @@ func (p *pendingOps) startCoalescing() {
 
 // reset empties the buffer after a push and stops coalescing.
 func (p *pendingOps) reset() {
-	clear(p.ops)
-	p.ops = p.ops[:0]
+	p.ops = nil // not kept for the next batch: most writers are idle, and there may be thousands
 	p.live, p.dropped, p.bytes = 0, 0, 0
 	p.coalescing, p.file, p.cursor = false, nil, nil
 }
