@@ -127,7 +127,7 @@ func (fs *Feeds) currentPosition(ctx context.Context, gvr schema.GroupVersionRes
 // start runs a shared watch of gvr from pos; the caller holds fs.mu.
 func (fs *Feeds) start(gvr schema.GroupVersionResource, pos string) *feed {
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &feed{fs: fs, gvr: gvr, pos: pos, subs: map[*sub]struct{}{}, byNS: map[string]map[*sub]struct{}{}, cancel: cancel, done: make(chan struct{}), behind: make(chan struct{}, 1)}
+	f := &feed{fs: fs, gvr: gvr, pos: pos, subs: map[*sub]struct{}{}, byNS: map[string]map[*sub]struct{}{}, cancel: cancel, behind: make(chan struct{}, 1)}
 	fs.feeds[gvr] = f
 	metrics.SharedWatches.Inc()
 	go f.run(ctx)
@@ -186,7 +186,6 @@ type feed struct {
 	fs     *Feeds
 	gvr    schema.GroupVersionResource
 	cancel context.CancelFunc
-	done   chan struct{}
 	// behind is signalled when a subscriber joined behind pos.
 	behind chan struct{}
 
@@ -238,7 +237,6 @@ func (f *feed) join(s *sub) {
 
 // run follows the resource from the feed's position until ctx ends or the position is gone.
 func (f *feed) run(ctx context.Context) {
-	defer close(f.done)
 	defer metrics.SharedWatches.Dec()
 	defer f.fs.end(f)
 	log := logf.FromContext(ctx).WithName("mirror-feed").WithValues("resource", f.gvr.GroupResource().String())
