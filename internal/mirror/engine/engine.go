@@ -1,10 +1,10 @@
 // Package engine runs the mirror's watch streams and git writers on the elected leader: one
 // writer per (namespace, GitProvider, repository, branch), one stream per (GitTarget, resource,
-// namespace scope), all streams of a resource following one shared watch of it (package feed). Writers are never shared across namespaces or providers: a writer pushes
-// with one provider's credentials and commits as its committer, so a target can never push
-// with, or close the window of, another tenant's writer. The
-// GitTarget controller tells it the desired state with Apply and Remove; the engine starts,
-// restarts and stops what changed.
+// namespace scope), all streams of a resource following one shared watch of it (package feed).
+// Writers are never shared across namespaces or providers: a writer pushes with one provider's
+// credentials and commits as its committer, so a target can never push with, or close the
+// window of, another tenant's writer. The GitTarget controller tells it the desired state with
+// Apply and Remove; the engine starts, restarts and stops what changed.
 package engine
 
 import (
