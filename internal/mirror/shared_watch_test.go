@@ -6,11 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/siteops/siteops/internal/mirror"
+	"github.com/siteops/siteops/internal/mirror/metrics"
 	"github.com/siteops/siteops/internal/servers"
 	"github.com/siteops/siteops/internal/testenv"
 )
@@ -55,6 +57,7 @@ func TestTargetsShareOneWatchPerResource(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	replaysBefore := replays()
 	_, stop = runManager(t, c, o, "")
 	defer stop()
 	for i, f := range fs {
@@ -71,4 +74,16 @@ func TestTargetsShareOneWatchPerResource(t *testing.T) {
 		}
 		return nil
 	})
+	if got := replays() - replaysBefore; got != 0 {
+		t.Fatalf("%v streams replayed after the restart; each should have resumed from its cursor", got)
+	}
+}
+
+// replays sums the mirror's full replays so far, whatever their reason.
+func replays() float64 {
+	n := 0.0
+	for _, reason := range []string{"no-cursor", "expired", "spec-changed"} {
+		n += testutil.ToFloat64(metrics.Replays.WithLabelValues(reason))
+	}
+	return n
 }
