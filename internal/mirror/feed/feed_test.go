@@ -235,7 +235,13 @@ func TestSlowSubscriberIsLetGoAndResumesWithoutLoss(t *testing.T) {
 			t.Fatalf("before it was let go the slow subscriber got %v", got)
 		}
 	}
-	resumed, err := fs.Watch(ctx, configmaps, slowNS, last)
+	// Resumed on Feeds with the default bound: a limit of 3 would let the resumed watch go too,
+	// as the changes since its position come all at once.
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resumed, err := feed.New(dyn).Watch(ctx, configmaps, slowNS, last)
 	if err != nil {
 		t.Fatal(err)
 	}
