@@ -73,7 +73,7 @@ func (fs *Feeds) Watch(ctx context.Context, gvr schema.GroupVersionResource, nam
 	if _, err := resourceversion.CompareResourceVersion(rv, rv); err != nil {
 		// Not a position that can be compared (never the case for a resourceVersion the API
 		// server gave): watch directly.
-		return fs.resource(gvr, namespace).Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: watchTimeout()})
+		return fs.direct(ctx, gvr, namespace, rv)
 	}
 	fs.mu.Lock()
 	running := fs.feeds[gvr] != nil
@@ -85,7 +85,7 @@ func (fs *Feeds) Watch(ctx context.Context, gvr schema.GroupVersionResource, nam
 		if pos, err = fs.currentPosition(ctx, gvr); err != nil {
 			if apierrors.IsForbidden(err) && namespace != "" {
 				// The manager may read this resource in some namespaces only: watch them one by one.
-				return fs.resource(gvr, namespace).Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: watchTimeout()})
+				return fs.direct(ctx, gvr, namespace, rv)
 			}
 			return nil, err
 		}
@@ -104,11 +104,13 @@ func (fs *Feeds) Watch(ctx context.Context, gvr schema.GroupVersionResource, nam
 	return s, nil
 }
 
-func (fs *Feeds) resource(gvr schema.GroupVersionResource, namespace string) dynamic.ResourceInterface {
-	if namespace == "" {
-		return fs.client.Resource(gvr)
+// direct is a watch of the API server's own, not shared, for what the shared watch cannot serve.
+func (fs *Feeds) direct(ctx context.Context, gvr schema.GroupVersionResource, namespace, rv string) (watch.Interface, error) {
+	var r dynamic.ResourceInterface = fs.client.Resource(gvr)
+	if namespace != "" {
+		r = fs.client.Resource(gvr).Namespace(namespace)
 	}
-	return fs.client.Resource(gvr).Namespace(namespace)
+	return r.Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: watchTimeout()})
 }
 
 // currentPosition is the resourceVersion a new shared watch starts from: now, without the
@@ -410,13 +412,8 @@ func (f *feed) dispatch(ev watch.Event, rv, ns string) {
 		if i < len(to)-1 && ev.Type != watch.Bookmark {
 			e.Object = ev.Object.DeepCopyObject()
 		}
-		s.push(item{ev: e, rv: rv})
+		s.push(e)
 	}
-}
-
-type item struct {
-	ev watch.Event
-	rv string
 }
 
 // sub is one stream's watch.
@@ -435,7 +432,7 @@ type sub struct {
 	handed  string
 
 	mu       sync.Mutex
-	queue    []item
+	queue    []watch.Event
 	overflow bool
 	closed   bool
 	failure  *watch.Event
@@ -447,8 +444,8 @@ func (s *sub) ResultChan() <-chan watch.Event { return s.out }
 // Stop implements watch.Interface.
 func (s *sub) Stop() { s.cancel() }
 
-// push queues it for delivery; past the queue limit the subscriber is let go instead.
-func (s *sub) push(it item) {
+// push queues ev for delivery; past the queue limit the subscriber is let go instead.
+func (s *sub) push(ev watch.Event) {
 	s.mu.Lock()
 	switch {
 	case s.overflow || s.closed:
@@ -456,7 +453,7 @@ func (s *sub) push(it item) {
 		s.overflow, s.queue = true, nil
 		metrics.WatchOverflows.Inc()
 	default:
-		s.queue = append(s.queue, it)
+		s.queue = append(s.queue, ev)
 	}
 	s.mu.Unlock()
 	s.signal()
@@ -485,13 +482,11 @@ func (s *sub) signal() {
 	}
 }
 
-// run delivers the changes after s.from as the feed hands them over, skipping any it already
-// delivered (a feed that started again from an earlier position sends them twice).
+// run delivers what the feed hands over (dispatch hands each change once, after s.from).
 func (s *sub) run() {
 	defer close(s.out)
 	defer s.fs.leave(s)
 	defer s.cancel()
-	last := s.from
 	for {
 		select {
 		case <-s.ctx.Done():
@@ -503,16 +498,12 @@ func (s *sub) run() {
 		s.queue = nil
 		s.mu.Unlock()
 		if overflow {
-			return // reconnecting from last reads what was dropped from the API server
+			return // the stream reconnects from what it saw last and reads the rest again
 		}
-		for _, it := range batch {
-			if !before(last, it.rv) {
-				continue
-			}
-			if !s.send(it.ev) {
+		for _, ev := range batch {
+			if !s.send(ev) {
 				return
 			}
-			last = it.rv
 		}
 		if failure != nil {
 			s.send(*failure)
