@@ -252,17 +252,23 @@ func (o *Options) Enabled(part string) bool {
 	})
 }
 
+// CacheOptions is what the manager's cache holds of the objects the parts enabled in o read:
+// no managedFields (nothing reads them from the cache; with thousands of objects they are a
+// good part of its memory), and Decofiles trimmed as the Decofile part says.
+func CacheOptions(o Options) cache.Options {
+	co := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
+	if o.Enabled(PartDecofile) {
+		decofilecontroller.CacheOptions(&co)
+	}
+	return co
+}
+
 // New builds a manager for cfg with the enabled parts registered.
 func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	// Nothing reads managedFields from the cache; with thousands of objects they are a good
-	// part of its memory.
-	co := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
-	if o.Enabled(PartDecofile) {
-		decofilecontroller.CacheOptions(&co)
-	}
+	co := CacheOptions(o)
 	wo := webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.WebhookCertDir}
 	if o.Enabled(PartMirror) {
 		// The CommitRequest webhook tells the API server by its client certificate.

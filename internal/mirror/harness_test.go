@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	mirrorv1alpha1 "github.com/siteops/siteops/api/mirror/v1alpha1"
+	"github.com/siteops/siteops/internal/manager"
 	"github.com/siteops/siteops/internal/mirror"
 	"github.com/siteops/siteops/internal/mirror/engine"
 	"github.com/siteops/siteops/internal/scheme"
@@ -93,7 +94,9 @@ func runManagerWith(t testing.TB, c *testenv.Cluster, o mirror.Options, probeAdd
 		probeAddr = "0"
 	}
 	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
-		Scheme:                 scheme.New(),
+		Scheme: scheme.New(),
+		// The cache holds what siteops-manager's holds, so memory is measured as it runs.
+		Cache:                  manager.CacheOptions(manager.Options{Controllers: []string{manager.PartMirror}}),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         false,
@@ -123,6 +126,7 @@ func runWebhookManager(t testing.TB, c *testenv.Cluster, o mirror.Options) *engi
 	t.Helper()
 	wio := c.Env.WebhookInstallOptions
 	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
+		Cache:                  manager.CacheOptions(manager.Options{Controllers: []string{manager.PartMirror}}),
 		Scheme:                 scheme.New(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
