@@ -112,9 +112,16 @@ type targetRun struct {
 	spec    TargetSpec
 	secrets *secretcrypt.Encrypter
 	writer  string
-	streams map[streamKey]*runner
-	specs   map[streamKey]StreamSpec
+	// streams are the target's running streams: one map of pointers, since even a map of one
+	// entry holds a group of eight slots, for each of a thousand targets.
+	streams map[streamKey]*streamRun
 	replays map[string]int
+}
+
+// streamRun is a running stream and the spec it was started with.
+type streamRun struct {
+	run  *runner
+	spec StreamSpec
 }
 
 type writerRun struct {
@@ -255,7 +262,7 @@ func (e *Engine) Apply(target types.NamespacedName, spec TargetSpec) error {
 		t = nil
 	}
 	if t == nil {
-		t = &targetRun{streams: map[streamKey]*runner{}, specs: map[streamKey]StreamSpec{}, replays: map[string]int{}}
+		t = &targetRun{streams: map[streamKey]*streamRun{}, replays: map[string]int{}}
 		if spec.Secrets != nil {
 			t.secrets = secretcrypt.New(spec.UID, spec.Secrets.Recipients, spec.Secrets.HashKey, e.SecretCache)
 		}
@@ -286,14 +293,14 @@ func (e *Engine) Apply(target types.NamespacedName, spec TargetSpec) error {
 		want[streamKey{s.GVR, s.Namespace}] = s
 	}
 	var stale []streamKey
-	for k := range t.streams {
-		if s, ok := want[k]; !ok || !sameStream(s, t.specs[k]) {
+	for k, r := range t.streams {
+		if s, ok := want[k]; !ok || !sameStream(s, r.spec) {
 			stale = append(stale, k)
 		}
 	}
 	e.detachStreams(target, t, stale)
 	for k, s := range want {
-		if t.streams[k] == nil {
+		if _, running := t.streams[k]; !running {
 			e.startStream(target, t, wr, s)
 		}
 	}

@@ -167,7 +167,11 @@ func (e *Engine) restartWriter(wr *writerRun, spec WriterSpec) {
 		if t == nil {
 			continue
 		}
-		rs = append(rs, restart{ref, t, slices.Collect(maps.Values(t.specs))})
+		var specs []StreamSpec
+		for _, r := range t.streams {
+			specs = append(specs, r.spec)
+		}
+		rs = append(rs, restart{ref, t, specs})
 		stopped = append(stopped, e.detachStreams(ref, t, slices.Collect(maps.Keys(t.streams)))...)
 	}
 	e.retireWriter(wr, stopped)
@@ -200,17 +204,18 @@ func (e *Engine) startStream(target types.NamespacedName, t *targetRun, wr *writ
 	if t.secrets != nil {
 		cfg.Secrets = t.secrets
 	}
+	cfg.LogValues = []any{"gitTarget", target.String()}
 	if e.StreamHook != nil {
 		e.StreamHook(target, t.spec.UID, &cfg)
 	}
-	log := logf.FromContext(e.ctx).WithName("mirror-watch").WithValues("gitTarget", target.String())
+	log := logf.FromContext(e.ctx).WithName("mirror-watch")
 	st := watch.New(cfg)
 	run := e.launch(log, e.gatesOf(streamGate(target, k), writerGate(wr.key)), func(ctx context.Context) {
 		if ctx.Err() == nil {
 			_ = st.Run(ctx)
 		}
 	})
-	t.streams[k], t.specs[k] = run, s
+	t.streams[k] = &streamRun{run: run, spec: s}
 }
 
 // detachStreams cancels the streams of target named by keys and returns them; they stop in the
@@ -218,16 +223,15 @@ func (e *Engine) startStream(target types.NamespacedName, t *targetRun, wr *writ
 func (e *Engine) detachStreams(target types.NamespacedName, t *targetRun, keys []streamKey) []*runner {
 	var out []*runner
 	for _, k := range keys {
-		if r := t.streams[k]; r != nil {
-			r.cancel()
-			e.stopInBackground(streamGate(target, k), r.done)
-			out = append(out, r)
+		if r, ok := t.streams[k]; ok {
+			r.run.cancel()
+			e.stopInBackground(streamGate(target, k), r.run.done)
+			out = append(out, r.run)
 			if e.StreamEndHook != nil {
 				e.StreamEndHook(target, k.gvr, k.ns)
 			}
 		}
 		delete(t.streams, k)
-		delete(t.specs, k)
 	}
 	return out
 }

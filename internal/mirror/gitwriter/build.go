@@ -178,7 +178,9 @@ func (w *Writer) build(base plumbing.Hash, ops []Op, cmd *Command) (plumbing.Has
 		parent, parentTree = h, tree
 		all = append(all, applied...)
 	}
-	objects := append(slices.Clone(w.built), ix.written...)
+	// The list is handed over, not kept: an idle writer holds no array of its last build.
+	objects := append(w.built, ix.written...)
+	w.built = nil
 	return parent, all, objects, nil
 }
 

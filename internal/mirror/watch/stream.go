@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -57,6 +58,10 @@ type Config struct {
 	// GVR is the watched resource; Namespace its namespace ("" for a cluster-scoped resource).
 	GVR       schema.GroupVersionResource
 	Namespace string
+	// LogValues name the stream in its log lines (key/value pairs, e.g. its target's name), with
+	// the resource and the namespace. They are added when a line is written: a logger holding
+	// values keeps an encoder buffer for as long as it lives, for each of thousands of streams.
+	LogValues []any
 	// TargetUID keys the cursor; BasePath is the GitTarget's folder.
 	TargetUID string
 	BasePath  string
@@ -120,10 +125,13 @@ func isGone(err error) bool {
 	return errors.As(err, &g) || apierrors.IsGone(err) || apierrors.IsResourceExpired(err)
 }
 
+// logger is ctx's logger with the values that name the stream.
+func (s *Stream) logger(ctx context.Context) logr.Logger {
+	return logf.FromContext(ctx).WithValues(slices.Concat(s.cfg.LogValues, []any{"resource", s.gr.String(), "namespace", s.cfg.Namespace})...)
+}
+
 // Run watches until ctx ends, reconnecting with backoff.
 func (s *Stream) Run(ctx context.Context) error {
-	log := logf.FromContext(ctx).WithValues("resource", s.gr.String(), "namespace", s.cfg.Namespace)
-	ctx = logf.IntoContext(ctx, log)
 	rv, ok := "", false
 	if s.cfg.Cursors != nil && !s.cfg.IgnoreCursor {
 		rv, ok = s.cfg.Cursors.LookupWatchCursor(ctx, s.cfg.TargetUID, s.cfg.GVR, s.cfg.Namespace)
@@ -135,7 +143,7 @@ func (s *Stream) Run(ctx context.Context) error {
 	case !ok:
 		replay = "no-cursor"
 	default:
-		log.Info("resuming watch from cursor", "resourceVersion", rv)
+		s.logger(ctx).Info("resuming watch from cursor", "resourceVersion", rv)
 	}
 	backoff := reconnectBackoff()
 	for ctx.Err() == nil {
@@ -145,7 +153,7 @@ func (s *Stream) Run(ctx context.Context) error {
 			if s.cfg.OnReplay != nil {
 				s.cfg.OnReplay(replay)
 			}
-			log.Info("replaying current state", "reason", replay)
+			s.logger(ctx).Info("replaying current state", "reason", replay)
 			rv, err = s.replay(ctx)
 			if err == nil {
 				replay = ""
@@ -162,7 +170,7 @@ func (s *Stream) Run(ctx context.Context) error {
 			return nil //nolint:nilerr // a stopped stream ends without error, whatever the watch said
 		}
 		if isGone(err) {
-			log.Info("watch cursor expired; replaying", "resourceVersion", rv)
+			s.logger(ctx).Info("watch cursor expired; replaying", "resourceVersion", rv)
 			replay = "expired"
 			continue
 		}
@@ -170,7 +178,7 @@ func (s *Stream) Run(ctx context.Context) error {
 		d := backoff.Duration
 		if err != nil {
 			d = backoff.Step()
-			log.Error(err, "watch failed; reconnecting", "in", d)
+			s.logger(ctx).Error(err, "watch failed; reconnecting", "in", d)
 		}
 		select {
 		case <-ctx.Done():
@@ -204,7 +212,7 @@ func (s *Stream) replay(ctx context.Context) (string, error) {
 		if ctx.Err() != nil {
 			return "", err
 		}
-		logf.FromContext(ctx).V(1).Info("initial events unavailable; listing", "error", err.Error())
+		s.logger(ctx).V(1).Info("initial events unavailable; listing", "error", err.Error())
 		clear(keep)
 		mode = "list"
 		rv, err = s.list(ctx, keep)
@@ -212,7 +220,7 @@ func (s *Stream) replay(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	logf.FromContext(ctx).Info("replayed current state", "mode", mode, "objects", len(keep), "resourceVersion", rv)
+	s.logger(ctx).Info("replayed current state", "mode", mode, "objects", len(keep), "resourceVersion", rv)
 	op := gitwriter.Op{Kind: gitwriter.OpMark, Cursor: s.cursor(rv)}
 	if !s.cfg.IgnoreDeletes {
 		op.Kind = gitwriter.OpSweep
@@ -411,13 +419,13 @@ func (s *Stream) handle(ctx context.Context, typ watch.EventType, obj *unstructu
 	content, err := sanitize.Object(obj)
 	if err != nil {
 		// A malformed object must not stop the stream: log it and move on.
-		logf.FromContext(ctx).Error(err, "sanitize object; skipped", "name", obj.GetName())
+		s.logger(ctx).Error(err, "sanitize object; skipped", "name", obj.GetName())
 		return s.cfg.Sink.Enqueue(ctx, mark)
 	}
 	if secret {
 		// Only the ciphertext leaves this function; errors never carry the plaintext.
 		if content, err = s.cfg.Secrets.Encrypt(ctx, path, content); err != nil {
-			logf.FromContext(ctx).Error(err, "encrypt Secret; skipped", "name", obj.GetName())
+			s.logger(ctx).Error(err, "encrypt Secret; skipped", "name", obj.GetName())
 			metrics.Events.WithLabelValues("skipped").Inc()
 			return s.cfg.Sink.Enqueue(ctx, mark)
 		}
