@@ -74,6 +74,10 @@ type remote struct {
 	timeout time.Duration
 	// maxBytes bounds the bytes received in one exchange.
 	maxBytes int64
+	// pushCaps are the capabilities the last update the remote took asked for, as sent (a few
+	// bytes, not a list's maps, for each of a thousand writers); "" until then and after a push
+	// that failed. Only the writer's goroutine uses them.
+	pushCaps string
 
 	httpOnce   sync.Once
 	http       transport.Transport

@@ -166,30 +166,64 @@ var errRemoteMoved = errors.New("the remote branch moved")
 // base to newTip; the remote refuses when the branch is no longer at base (compare-and-swap).
 // Unlike a generic push it never walks the history, so its cost follows the batch, not the
 // repository's age.
+//
+// Once a push has read the remote's capabilities, the next ones send the update without asking
+// for the remote's references first: one request instead of two over HTTP. The update names base
+// as the branch's old value, so the remote still refuses it when the branch moved; that refusal
+// sends the push again the long way, which tells a moved branch from a refused update.
 func (w *Writer) push(ctx context.Context, base, newTip plumbing.Hash, objects []plumbing.Hash) error {
+	what := fmt.Sprintf("push %s to %s", w.cfg.Branch, w.remote.shown)
+	caps := capability.NewList()
+	// Without report-status a refused update would look taken: such a remote goes the long way.
+	if known := w.remote.pushCaps; known != "" && caps.Decode([]byte(known)) == nil && caps.Supports(capability.ReportStatus) {
+		err := w.sendUpdate(ctx, what, nil, caps, base, newTip, objects)
+		if err == nil {
+			return nil
+		}
+		w.remote.pushCaps = ""
+		if !errors.Is(err, errPushRefused) {
+			return err
+		}
+		logf.FromContext(ctx).V(1).Info("update refused without the remote's references; pushing again with them")
+	}
+	return w.sendUpdate(ctx, what, func(ar *packp.AdvRefs) error {
+		name := plumbing.NewBranchReferenceName(w.cfg.Branch)
+		current := plumbing.ZeroHash
+		if refs, err := ar.AllReferences(); err == nil {
+			if ref, err := refs.Reference(name); err == nil {
+				current = ref.Hash()
+			}
+		}
+		if current != base {
+			return fmt.Errorf("%s: %w (at %s, expected %s)", what, errRemoteMoved, current, base)
+		}
+		return nil
+	}, nil, base, newTip, objects)
+}
+
+// sendUpdate opens a push session and sends the update with objects. With check, it reads the
+// remote's references first, lets check refuse them, and asks for the capabilities they offer;
+// without, it asks for caps, those of the last update taken.
+func (w *Writer) sendUpdate(ctx context.Context, what string, check func(*packp.AdvRefs) error, caps *capability.List, base, newTip plumbing.Hash, objects []plumbing.Hash) error {
 	ctx, ex, cancel := w.remote.begin(ctx)
 	defer cancel()
-	what := fmt.Sprintf("push %s to %s", w.cfg.Branch, w.remote.shown)
 	sess, release, err := w.remote.receivePack(ctx, ex)
 	if err != nil {
 		return w.remote.describe(ctx, ex, what, err)
 	}
 	defer release()
-	ar, err := sess.AdvertisedReferencesContext(ctx)
-	if err != nil {
-		return w.remote.describe(ctx, ex, what, err)
+	if check != nil {
+		ar, err := sess.AdvertisedReferencesContext(ctx)
+		if err != nil {
+			return w.remote.describe(ctx, ex, what, err)
+		}
+		if err := check(ar); err != nil {
+			return err
+		}
+		caps = ar.Capabilities
 	}
 	name := plumbing.NewBranchReferenceName(w.cfg.Branch)
-	current := plumbing.ZeroHash
-	if refs, err := ar.AllReferences(); err == nil {
-		if ref, err := refs.Reference(name); err == nil {
-			current = ref.Hash()
-		}
-	}
-	if current != base {
-		return fmt.Errorf("%s: %w (at %s, expected %s)", what, errRemoteMoved, current, base)
-	}
-	req := packp.NewReferenceUpdateRequestFromCapabilities(ar.Capabilities)
+	req := packp.NewReferenceUpdateRequestFromCapabilities(caps)
 	req.Commands = []*packp.Command{{Name: name, Old: base, New: newTip}}
 	rd, wr := io.Pipe()
 	req.Packfile = rd
@@ -210,6 +244,7 @@ func (w *Writer) push(ctx context.Context, base, newTip plumbing.Hash, objects [
 	if err != nil {
 		return w.remote.describe(ctx, ex, what, err)
 	}
+	w.remote.pushCaps = req.Capabilities.String() // what the update asks for is all the next one needs
 	_ = w.repo.Storer.SetReference(plumbing.NewHashReference(w.remoteRef(), newTip))
 	return nil
 }
