@@ -107,9 +107,13 @@ func StartGitRemote(ctx context.Context, o GitRemoteOptions) (*GitRemote, error)
 	if err := os.MkdirAll(o.Root, 0o755); err != nil {
 		return nil, fmt.Errorf("create git remote root: %w", err)
 	}
+	// git-http-backend itself, not `git http-backend`, which is one process more per request.
+	execPath, err := exec.Command(gitBin, "--exec-path").Output()
+	if err != nil {
+		return nil, fmt.Errorf("find git's programs (git --exec-path): %w", err)
+	}
 	backend := &cgi.Handler{
-		Path: gitBin,
-		Args: []string{"http-backend"},
+		Path: filepath.Join(strings.TrimSpace(string(execPath)), "git-http-backend"),
 		Env:  []string{"GIT_PROJECT_ROOT=" + o.Root, "GIT_HTTP_EXPORT_ALL=1", "REMOTE_USER=siteops"},
 	}
 	r := &GitRemote{Root: o.Root, events: pushEvents{url: o.PushEventURL, secret: o.PushEventSecret}}
@@ -187,6 +191,11 @@ func (r *GitRemote) CreateRepo(name, branch string) (string, error) {
 		return "", err
 	}
 	if err := runGit(dir, "config", "http.receivepack", "true"); err != nil {
+		return "", err
+	}
+	// A git host schedules its repositories' maintenance apart from the pushes it serves; git's
+	// own default starts it after every push, a process more for each.
+	if err := runGit(dir, "config", "receive.autogc", "false"); err != nil {
 		return "", err
 	}
 	if url, _ := r.events.target(); url != "" {
