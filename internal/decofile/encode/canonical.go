@@ -268,8 +268,7 @@ func (c *canonicalizer) readMembers() error {
 		}
 		m := member{key: uint32(start + 1), keyLen: uint32(end - start - 2)}
 		if !plain {
-			var s string
-			_ = json.Unmarshal(c.in[start:end], &s) // valid: readString checked it
+			s := unquote(c.in[start:end])
 			m.key, m.keyLen = uint32(len(c.keys)), uint32(len(s))|escapedKey
 			c.keys = append(c.keys, s...)
 		}
@@ -335,23 +334,36 @@ func (c *canonicalizer) write(dst *bytes.Buffer, pos int) (int, error) {
 }
 
 func (c *canonicalizer) writeString(dst *bytes.Buffer, pos int) (int, error) {
-	c.pos = pos
-	end, plain, err := c.readString()
-	if err != nil {
-		return 0, err
-	}
-	if plain {
-		dst.Write(c.in[pos:end])
+	end := stringEnd(c.in, pos)
+	lit := c.in[pos:end]
+	if isPlain(lit) {
+		dst.Write(lit)
 		return end, nil
 	}
-	var s string
-	if err := json.Unmarshal(c.in[pos:end], &s); err != nil {
-		return 0, err
-	}
-	if err := c.writeKey(dst, s); err != nil {
+	if err := c.writeKey(dst, unquote(lit)); err != nil {
 		return 0, err
 	}
 	return end, c.checkSize(dst)
+}
+
+// stringEnd is the offset just past the string starting at pos, which the first pass validated.
+func stringEnd(in []byte, pos int) int {
+	for i := pos + 1; i < len(in); i++ {
+		switch in[i] {
+		case '"':
+			return i + 1
+		case '\\':
+			i++
+		}
+	}
+	return len(in)
+}
+
+// unquote decodes the string literal lit, which the first pass validated.
+func unquote(lit []byte) string {
+	var s string
+	_ = json.Unmarshal(lit, &s)
+	return s
 }
 
 // writeKey appends s encoded as encoding/json encodes it.
