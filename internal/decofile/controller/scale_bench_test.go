@@ -276,6 +276,9 @@ func profileColdStart(b *testing.B, cfg *rest.Config) (stop func()) {
 	}
 }
 
+// scaleSetLabel names, on each Decofile createScaleDecofiles makes, the set (prefix) it belongs to.
+const scaleSetLabel = "bench.siteops.dev/set"
+
 // createScaleDecofiles creates the namespaces and Decofiles of BenchmarkColdStart, 16 at a time.
 func createScaleDecofiles(b *testing.B, cl client.Client, prefix string, shards int) {
 	b.Helper()
@@ -309,10 +312,11 @@ func createScaleDecofiles(b *testing.B, cl client.Client, prefix string, shards 
 				for k := range 10 {
 					values[fmt.Sprintf("pages-%d", k)] = block(d, k)
 				}
-				df := &decov1.Decofile{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("site-%d", d), Namespace: namespaces[d%scaleNamespaces]},
+				df := &decov1.Decofile{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("site-%d", d), Namespace: namespaces[d%scaleNamespaces],
+					Labels: map[string]string{scaleSetLabel: prefix}},
 					Spec: decov1.DecofileSpec{Source: decov1.SourceInline, Inline: inline(values)}}
 				if shards > 0 {
-					df.Labels = map[string]string{shard.Key: fmt.Sprintf("s%d", d%shards)}
+					df.Labels[shard.Key] = fmt.Sprintf("s%d", d%shards)
 				}
 				if err := cl.Create(ctx, df); err != nil {
 					select {
