@@ -26,7 +26,7 @@ type watchFigures struct {
 // configMapWatches reads the open ConfigMap watches from the API server's /metrics: only the
 // server sees every watch, whoever opened it and however a client shares its connections.
 func configMapWatches(b *testing.B, c *testenv.Cluster) watchFigures {
-	n, lines := c.Metric(b, "apiserver_longrunning_requests", `verb="WATCH"`, `resource="configmaps"`)
+	n, lines := c.Metric(b, "apiserver_longrunning_requests", map[string]string{"verb": "WATCH", "resource": "configmaps"})
 	if len(lines) == 0 {
 		lines = []string{"(no apiserver_longrunning_requests line for WATCH configmaps)"}
 	}
@@ -41,7 +41,7 @@ type cpuSeconds struct{ apiServer, self, gitChildren float64 }
 
 // readCPU reads cpuSeconds now.
 func readCPU(b *testing.B, c *testenv.Cluster) cpuSeconds {
-	api, _ := c.Metric(b, "process_cpu_seconds_total")
+	api, _ := c.Metric(b, "process_cpu_seconds_total", nil)
 	seconds := func(who int) float64 {
 		var ru syscall.Rusage
 		if err := syscall.Getrusage(who, &ru); err != nil {

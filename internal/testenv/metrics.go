@@ -1,17 +1,20 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
-	"strconv"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"k8s.io/client-go/kubernetes"
 )
 
-// Metric reads the API server's /metrics and sums the samples of name whose labels contain each
-// of labels (written `key="value"`); it also returns the lines it summed.
-func (c *Cluster) Metric(t testing.TB, name string, labels ...string) (float64, []string) {
+// Metric reads the API server's /metrics and sums the samples of name whose labels include every
+// pair in labels; it also returns those samples, one line each, as the API server wrote them.
+func (c *Cluster) Metric(t testing.TB, name string, labels map[string]string) (float64, []string) {
 	t.Helper()
 	cs, err := kubernetes.NewForConfig(c.Config)
 	if err != nil {
@@ -21,30 +24,34 @@ func (c *Cluster) Metric(t testing.TB, name string, labels ...string) (float64, 
 	if err != nil {
 		t.Fatalf("read the API server's metrics: %v", err)
 	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("parse the API server's metrics: %v", err)
+	}
 	sum := 0.0
 	var lines []string
-	for line := range strings.Lines(string(b)) {
-		line = strings.TrimSpace(line)
-		rest, ok := strings.CutPrefix(line, name)
-		if !ok || (rest == "" || rest[0] != '{' && rest[0] != ' ') {
+	for _, m := range families[name].GetMetric() {
+		have := map[string]string{}
+		var pairs []string
+		for _, l := range m.GetLabel() {
+			have[l.GetName()] = l.GetValue()
+			pairs = append(pairs, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+		}
+		if !includes(have, labels) {
 			continue
 		}
-		if !containsAll(rest, labels) {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err != nil {
-			t.Fatalf("read %q: %v", line, err)
-		}
+		// One of these is set, as the family's type says.
+		v := m.GetGauge().GetValue() + m.GetCounter().GetValue() + m.GetUntyped().GetValue()
 		sum += v
-		lines = append(lines, line)
+		lines = append(lines, fmt.Sprintf("%s{%s} %g", name, strings.Join(pairs, ","), v))
 	}
 	return sum, lines
 }
 
-func containsAll(s string, parts []string) bool {
-	for _, p := range parts {
-		if !strings.Contains(s, p) {
+func includes(have, want map[string]string) bool {
+	for k, v := range want {
+		if have[k] != v {
 			return false
 		}
 	}
@@ -55,6 +62,6 @@ func containsAll(s string, parts []string) bool {
 // open now, from its apiserver_longrunning_requests metric.
 func (c *Cluster) Watches(t testing.TB, resource string) int {
 	t.Helper()
-	n, _ := c.Metric(t, "apiserver_longrunning_requests", `verb="WATCH"`, `resource="`+resource+`"`)
+	n, _ := c.Metric(t, "apiserver_longrunning_requests", map[string]string{"verb": "WATCH", "resource": resource})
 	return int(n)
 }

@@ -1,17 +1,12 @@
 package testenv_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -81,25 +76,9 @@ func TestAPIServerRestartKeepsObjectsAndClients(t *testing.T) {
 // only when a new process serves.
 func processStart(t *testing.T, c *testenv.Cluster) float64 {
 	t.Helper()
-	cs, err := kubernetes.NewForConfig(c.Config)
-	if err != nil {
-		t.Fatal(err)
+	v, lines := c.Metric(t, "process_start_time_seconds", nil)
+	if len(lines) == 0 {
+		t.Fatal("the API server's metrics have no process_start_time_seconds")
 	}
-	b, err := cs.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
-	if err != nil {
-		t.Fatalf("read the API server's metrics: %v", err)
-	}
-	s := bufio.NewScanner(bytes.NewReader(b))
-	s.Buffer(make([]byte, 1<<20), 1<<20)
-	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "process_start_time_seconds "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("process_start_time_seconds %q: %v", v, err)
-			}
-			return f
-		}
-	}
-	t.Fatal("the API server's metrics have no process_start_time_seconds")
-	return 0
+	return v
 }
