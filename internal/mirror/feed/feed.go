@@ -106,9 +106,10 @@ func (fs *Feeds) Watch(ctx context.Context, gvr schema.GroupVersionResource, nam
 
 // direct is a watch of the API server's own, not shared, for what the shared watch cannot serve.
 func (fs *Feeds) direct(ctx context.Context, gvr schema.GroupVersionResource, namespace, rv string) (watch.Interface, error) {
-	var r dynamic.ResourceInterface = fs.client.Resource(gvr)
+	all := fs.client.Resource(gvr)
+	var r dynamic.ResourceInterface = all
 	if namespace != "" {
-		r = fs.client.Resource(gvr).Namespace(namespace)
+		r = all.Namespace(namespace)
 	}
 	return r.Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: watchTimeout()})
 }
