@@ -197,45 +197,74 @@ func (e *eventLister) run(ctx context.Context, follow bool) error {
 		printed[ev.UID] = ev.ResourceVersion
 		fmt.Fprintln(tw, e.line(ev, now))
 	}
+	flush := func() error {
+		if err := tw.Flush(); err != nil {
+			return fmt.Errorf("write Events: %w", err)
+		}
+		return nil
+	}
 	for i := range evs {
 		show(&evs[i], now)
 	}
-	if err := tw.Flush(); err != nil || !follow {
+	if err := flush(); err != nil || !follow {
 		return err
 	}
-	for ctx.Err() == nil {
-		w, err := e.c.Watch(ctx, &eventsv1.EventList{}, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
-		if err != nil {
-			return fmt.Errorf("watch Events: %w", err)
-		}
-		for ev := range w.ResultChan() {
-			if ev.Type == watch.Error {
-				break // an expired version: the list below catches up
-			}
-			x, ok := ev.Object.(*eventsv1.Event)
-			if !ok || ev.Type == watch.Deleted {
-				continue
-			}
-			rv = x.ResourceVersion
-			if e.filter.matches(x) {
-				show(x, time.Now())
-				tw.Flush()
+	for {
+		var expired bool
+		rv, expired, err = e.watchFrom(ctx, ns, rv, func(ev *eventsv1.Event) error {
+			show(ev, time.Now())
+			return flush()
+		})
+		if err == nil && expired {
+			// What happened since the expired version, each Event once.
+			if evs, rv, _, _, err = e.list(ctx); err == nil {
+				for i := range evs {
+					show(&evs[i], time.Now())
+				}
+				err = flush()
 			}
 		}
-		w.Stop()
 		if ctx.Err() != nil {
-			break
+			return nil //nolint:nilerr // the caller ending ctx is how -w stops; the watch's error then only reports that
 		}
-		// What happened while no watch ran, each Event once.
-		if evs, rv, _, _, err = e.list(ctx); err != nil {
+		if err != nil {
 			return err
 		}
-		for i := range evs {
-			show(&evs[i], time.Now())
-		}
-		tw.Flush()
 	}
-	return nil
+}
+
+// watchFrom watches the Events of ns from resource version rv and passes each matching one to
+// show, until the watch ends. It returns the version to watch from next, or expired when rv is
+// too old to resume from and the Events must be listed again; any other error the watch reports
+// is returned.
+func (e *eventLister) watchFrom(ctx context.Context, ns, rv string, show func(*eventsv1.Event) error) (next string, expired bool, err error) {
+	w, err := e.c.Watch(ctx, &eventsv1.EventList{}, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
+	if err != nil {
+		return rv, false, fmt.Errorf("watch Events: %w", err)
+	}
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		if ev.Type == watch.Error {
+			failed := apierrors.FromObject(ev.Object)
+			if apierrors.IsResourceExpired(failed) || apierrors.IsGone(failed) {
+				return rv, true, nil
+			}
+			return rv, false, fmt.Errorf("watch Events from resource version %s: %w", rv, failed)
+		}
+		x, ok := ev.Object.(*eventsv1.Event)
+		if !ok {
+			continue
+		}
+		// Every Event the watch delivers, siteops' or not, moves the version to resume from.
+		rv = x.ResourceVersion
+		if ev.Type == watch.Deleted || !e.filter.matches(x) {
+			continue
+		}
+		if err := show(x); err != nil {
+			return rv, false, err
+		}
+	}
+	return rv, false, nil
 }
 
 // line is one Event as a table row.

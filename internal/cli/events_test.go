@@ -3,14 +3,20 @@ package cli
 import (
 	"context"
 	"errors"
+	"io"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/siteops/siteops/internal/testenv"
 )
@@ -82,5 +88,115 @@ func TestEvents(t *testing.T) {
 	}
 	if n := strings.Count(live.String(), "RolledBack"); n != 1 {
 		t.Errorf("an Event printed %d times:\n%s", n, live.String())
+	}
+}
+
+// scriptedEvents is a client whose lists and watches of Events follow a script: each list
+// answers at the next version of lists, each watch delivers the next events of watches and
+// ends. It records the version each watch started from.
+type scriptedEvents struct {
+	client.WithWatch
+	lists   []eventsv1.EventList
+	watches [][]watch.Event
+	from    []string
+}
+
+func (s *scriptedEvents) List(_ context.Context, l client.ObjectList, _ ...client.ListOption) error {
+	if len(s.lists) == 0 {
+		return errors.New("no list left in the script")
+	}
+	*l.(*eventsv1.EventList), s.lists = s.lists[0], s.lists[1:]
+	return nil
+}
+
+func (s *scriptedEvents) Watch(_ context.Context, _ client.ObjectList, opts ...client.ListOption) (watch.Interface, error) {
+	o := &client.ListOptions{}
+	o.ApplyOptions(opts)
+	s.from = append(s.from, o.Raw.ResourceVersion)
+	if len(s.watches) == 0 {
+		return nil, errors.New("no watch left in the script")
+	}
+	w := watch.NewFakeWithChanSize(len(s.watches[0]), false)
+	for _, ev := range s.watches[0] {
+		w.Action(ev.Type, ev.Object)
+	}
+	w.Stop() // the API server ends the watch once it delivered them
+	s.watches = s.watches[1:]
+	return w, nil
+}
+
+func scriptedEvent(name, rv, reporter string) *eventsv1.Event {
+	return &eventsv1.Event{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name), ResourceVersion: rv},
+		EventTime:  metav1.NewMicroTime(time.Now()), ReportingController: reporter, Type: "Normal", Reason: "Delivered",
+		Note: name, Regarding: corev1.ObjectReference{Kind: "Decofile", Namespace: "ns", Name: "shop"},
+	}
+}
+
+// TestEventsWatchResumes: -w resumes a watch the API server closed from the last version it
+// delivered, without listing again; lists again only when that version expired; and ends with
+// any other error a watch reports instead of dropping it.
+func TestEventsWatchResumes(t *testing.T) {
+	expired := apierrors.NewResourceExpired("too old resource version: 12 (15)").ErrStatus
+	internal := apierrors.NewInternalError(errors.New("etcd is unavailable")).ErrStatus
+	s := &scriptedEvents{
+		lists: []eventsv1.EventList{
+			{ListMeta: metav1.ListMeta{ResourceVersion: "10"}, Items: []eventsv1.Event{*scriptedEvent("listed", "9", "siteops-decofile")}},
+			{ListMeta: metav1.ListMeta{ResourceVersion: "20"}, Items: []eventsv1.Event{*scriptedEvent("missed", "18", "siteops-decofile")}},
+		},
+		watches: [][]watch.Event{
+			{{Type: watch.Added, Object: scriptedEvent("watched", "11", "siteops-decofile")}, {Type: watch.Added, Object: scriptedEvent("kubelet", "12", "kubelet")}},
+			{{Type: watch.Error, Object: &expired}},
+			{{Type: watch.Error, Object: &internal}},
+		},
+	}
+	var out strings.Builder
+	e := eventLister{c: s, scope: scope{namespace: "ns"}, out: &out, errOut: io.Discard}
+	err := e.run(context.Background(), true)
+	if err == nil || !strings.Contains(err.Error(), "etcd is unavailable") {
+		t.Errorf("run after a watch reported an internal error = %v, want that error", err)
+	}
+	if want := []string{"10", "12", "20"}; !slices.Equal(s.from, want) {
+		t.Errorf("watches started from versions %q, want %q", s.from, want)
+	}
+	if len(s.lists) != 0 {
+		t.Errorf("%d lists left unread: the expired version was not listed again", len(s.lists))
+	}
+	for _, note := range []string{"listed", "watched", "missed"} {
+		if n := strings.Count(out.String(), note); n != 1 {
+			t.Errorf("Event %q printed %d times:\n%s", note, n, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "kubelet") {
+		t.Errorf("another controller's Event is shown:\n%s", out.String())
+	}
+}
+
+// failingWriter refuses every write of a line that holds failOn.
+type failingWriter struct {
+	failOn string
+	w      strings.Builder
+}
+
+func (f *failingWriter) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), f.failOn) {
+		return 0, errors.New("disk full")
+	}
+	return f.w.Write(p)
+}
+
+// TestEventsWriteFailure: an Event that -w cannot write ends the command with the reason.
+func TestEventsWriteFailure(t *testing.T) {
+	s := &scriptedEvents{
+		lists:   []eventsv1.EventList{{ListMeta: metav1.ListMeta{ResourceVersion: "10"}, Items: []eventsv1.Event{*scriptedEvent("listed", "9", "siteops-decofile")}}},
+		watches: [][]watch.Event{{{Type: watch.Added, Object: scriptedEvent("watched", "11", "siteops-decofile")}}},
+	}
+	out := &failingWriter{failOn: "watched"}
+	e := eventLister{c: s, scope: scope{namespace: "ns"}, out: out, errOut: io.Discard}
+	if err := e.run(context.Background(), true); err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Fatalf("run writing to a full disk = %v, want its error", err)
+	}
+	if !strings.Contains(out.w.String(), "listed") {
+		t.Errorf("the listed Event was not written before:\n%s", out.w.String())
 	}
 }
