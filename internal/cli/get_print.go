@@ -185,7 +185,7 @@ func (st tableStyle) tableLines(kind string, ss []inspect.Summary) []string {
 		}
 		fmt.Fprintln(tw)
 	}
-	tw.Flush()
+	_ = tw.Flush() // into a strings.Builder, which never fails
 	return strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
 }
 

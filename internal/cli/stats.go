@@ -71,7 +71,7 @@ func statsTable(stats []inspect.KindStats) string {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", k.Kind, k.Total, k.States[inspect.StateReady], k.States[inspect.StateProgressing],
 			k.States[inspect.StateFailing], k.States[inspect.StateSuspended], k.States[inspect.StateUnknown], statsDetails(k))
 	}
-	tw.Flush()
+	_ = tw.Flush() // into a strings.Builder, which never fails
 	return b.String()
 }
 

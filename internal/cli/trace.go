@@ -84,7 +84,9 @@ func newTraceCommand() *cobra.Command {
 					return err
 				}
 			} else {
-				printLinks(cmd.OutOrStdout(), links, terminal(cmd.OutOrStdout()), time.Now())
+				if err := printLinks(cmd.OutOrStdout(), links, terminal(cmd.OutOrStdout()), time.Now()); err != nil {
+					return err
+				}
 			}
 			if !inspect.Healthy(links) {
 				return &exitError{code: 1, msg: fmt.Sprintf("%s: %s", args[0], firstProblem(links))}
@@ -324,7 +326,7 @@ func tenantLinks(ctx context.Context, c client.Reader, name string) ([]inspect.L
 func rotationLink(ctx context.Context, c client.Reader, ns string, since time.Time) inspect.Link {
 	var s corev1.Secret
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: decov1.ValkeyACLSecretName}, &s); err != nil {
-		return inspect.RotationLink(nil, since, fmt.Errorf("Secret %s: %s", decov1.ValkeyACLSecretName, readProblem(err)))
+		return inspect.RotationLink(nil, since, fmt.Errorf("read Secret %s: %s", decov1.ValkeyACLSecretName, readProblem(err)))
 	}
 	rev := provision.Revision(acl.User{Name: string(s.Data[decov1.ValkeyACLUsernameKey]), Password: string(s.Data[decov1.ValkeyACLPasswordKey])})
 	pending, err := (&rollout.Roller{Workloads: workload.Lister{Reader: c}}).Pending(ctx, ns, rev)
@@ -422,7 +424,7 @@ func resourceOf(c client.Client, kind string) (schema.GroupResource, bool, error
 }
 
 // printLinks writes one line per link: what, object, state, since, message.
-func printLinks(out io.Writer, links []inspect.Link, color bool, now time.Time) {
+func printLinks(out io.Writer, links []inspect.Link, color bool, now time.Time) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "LINK\tOBJECT\tSTATE\tSINCE\tMESSAGE")
 	st := tableStyle{color: color}
@@ -433,5 +435,8 @@ func printLinks(out io.Writer, links []inspect.Link, color bool, now time.Time) 
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", l.What, l.Object, st.stateCell(inspect.Summary{State: l.State}), since, strings.Join(strings.Fields(l.Message), " "))
 	}
-	tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write the trace: %w", err)
+	}
+	return nil
 }
