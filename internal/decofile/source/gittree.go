@@ -140,7 +140,7 @@ func (w *gitTree) each(tree plumbing.Hash, depth int, fn func(name string, mode 
 			return err
 		}
 		mode, err := r.ReadString(' ')
-		if err == io.EOF && mode == "" {
+		if errors.Is(err, io.EOF) && mode == "" {
 			return nil
 		}
 		if err != nil {
