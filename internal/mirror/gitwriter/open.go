@@ -31,7 +31,8 @@ func (w *Writer) openBackoff() wait.Backoff {
 // runs on its own goroutine so that the writer keeps answering commands meanwhile: while an
 // attempt has already failed, a CloseWindow gets ErrRemoteUnavailable with the failure at once
 // instead of waiting for the remote (the first attempt is waited for: a healthy remote opens in
-// moments). It returns false when ctx ended first, after the running attempt returned.
+// moments). It returns false when ctx ended before an attempt opened the remote, after the
+// running attempt returned.
 func (w *Writer) openRemote(ctx context.Context) bool {
 	log := logf.FromContext(ctx).WithValues("remote", w.remote.shown, "branch", w.cfg.Branch)
 	backoff := w.openBackoff()
@@ -70,7 +71,8 @@ func (w *Writer) openRemote(ctx context.Context) bool {
 			case <-ctx.Done():
 				if result != nil {
 					// The attempt's exchange ends with ctx; wait so it no longer touches the writer.
-					<-result
+					// An attempt that opened the remote all the same counts, as when its result wins.
+					return <-result == nil
 				}
 				return false
 			}
