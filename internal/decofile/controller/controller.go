@@ -540,7 +540,6 @@ func (r *Reconciler) store(ctx context.Context, df *decov1.Decofile, next *decov
 	if err != nil {
 		return fail(tooLarge(err))
 	}
-	blocks = nil // merged holds it all now
 	hash := encode.Hash(merged)
 	if rolledBack(df, hash, "") {
 		// A progressive rollout rolled this content back: the restored content stays until the

@@ -160,7 +160,6 @@ func (r *Reconciler) benchDeliver(ctx context.Context, d benchDelivery) (*encode
 	if err != nil {
 		return nil, tooLarge(err)
 	}
-	blocks = nil
 	_ = encode.Hash(merged)
 	res, err := encode.Encode(merged, r.encodeOptions(ctx, d.ns))
 	var tl *encode.TooLargeError
