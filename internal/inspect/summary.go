@@ -32,15 +32,16 @@ const (
 type State string
 
 const (
-	// StateFailing: the object needs attention (a delivery or push failed, pods are behind).
+	// StateFailing means the object needs attention (a delivery or push failed, pods are behind).
 	StateFailing State = "Failing"
-	// StateProgressing: work is under way (content being stored, a rollout, a rotation).
+	// StateProgressing means work is under way (content being stored, a rollout, a rotation).
 	StateProgressing State = "Progressing"
-	// StateSuspended: delivery or mirroring is stopped on purpose (spec.suspend).
+	// StateSuspended means delivery or mirroring is stopped on purpose (spec.suspend).
 	StateSuspended State = "Suspended"
-	// StateUnknown: the status does not say yet (never reconciled, or a state siteops does not know).
+	// StateUnknown means the status does not say yet (never reconciled, or a state siteops
+	// does not know).
 	StateUnknown State = "Unknown"
-	// StateReady: the object's last change is done everywhere it goes.
+	// StateReady means the object's last change is done everywhere it goes.
 	StateReady State = "Ready"
 )
 

@@ -19,7 +19,8 @@ import (
 	"github.com/siteops/siteops/internal/tenant/settings"
 )
 
-// ReasonSettingGap: a Valkey node or Sentinel lacks a setting multi-tenant use needs.
+// ReasonSettingGap is the Event reason for a Valkey node or Sentinel that lacks a setting
+// multi-tenant use needs.
 const ReasonSettingGap = "ValkeyNodeSettingGap"
 
 // SettingGaps is 1 for every node and setting that failed the last check and 0 for those that

@@ -35,7 +35,8 @@ type Recorder interface {
 	Eventf(regarding runtime.Object, related runtime.Object, eventtype, reason, action, note string, args ...any)
 }
 
-// ReasonFailover: Sentinels moved the master; every tenant's ACL user is applied on the new one.
+// ReasonFailover is the Event reason for Sentinels moving the master; every tenant's ACL user
+// is applied on the new one.
 const ReasonFailover = "ValkeyFailover"
 
 // Watcher subscribes to every Sentinel and drives a Resyncer. It is a manager Runnable.

@@ -7,8 +7,8 @@ import (
 	"github.com/siteops/siteops/internal/tenant/acl"
 )
 
-// ReasonUntrustedNode: a Sentinel reported a master or replica outside the allow-list; the
-// operator sent it nothing.
+// ReasonUntrustedNode is the Event reason for a Sentinel reporting a master or replica outside
+// the allow-list; the operator sent it nothing.
 const ReasonUntrustedNode = "ValkeyUntrustedNode"
 
 // UntrustedReporter logs every node the node set refused as unknown and records a Warning Event
