@@ -57,8 +57,11 @@ func ociSourcedDecofile(ns string) func(context.Context, *devenv.Env, io.Writer)
 			return "", fmt.Errorf("read the Decofile's ConfigMap: %w", err)
 		}
 		var blocks map[string]json.RawMessage
-		if err := json.Unmarshal([]byte(cm.Data[decov1alpha1.KeyJSON]), &blocks); err != nil || len(blocks) != 2 {
-			return "", fmt.Errorf("ConfigMap %s holds %d blocks, want Hero and Theme (%v)", cm.Name, len(blocks), err)
+		if err := json.Unmarshal([]byte(cm.Data[decov1alpha1.KeyJSON]), &blocks); err != nil {
+			return "", fmt.Errorf("read the blocks in ConfigMap %s: %w", cm.Name, err)
+		}
+		if len(blocks) != 2 {
+			return "", fmt.Errorf("ConfigMap %s holds %d blocks, want Hero and Theme", cm.Name, len(blocks))
 		}
 		fmt.Fprintf(out, "    status.artifact: revision %s, digest %s, %d bytes\n", df.Status.Artifact.Revision, df.Status.Artifact.Digest, df.Status.Artifact.Size)
 		return fmt.Sprintf("Decofile landing Ready at %s, blocks Hero and Theme in ConfigMap %s", want, cm.Name), nil

@@ -28,7 +28,11 @@ func webUI(ctx context.Context, env *devenv.Env, out io.Writer) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	defer os.RemoveAll(profile)
+	defer func() {
+		if err := os.RemoveAll(profile); err != nil {
+			fmt.Fprintf(out, "    Chromium's profile is left in %s: %v\n", profile, err)
+		}
+	}()
 	shot := filepath.Join(env.StateDir, "ui-overview.png")
 	// The machine's network is closed: no background traffic, updates or sync.
 	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
