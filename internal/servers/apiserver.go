@@ -141,7 +141,7 @@ func (a *APIServer) restart(ctx context.Context, sig syscall.Signal) error {
 	defer a.mu.Unlock()
 	api := a.Env.ControlPlane.GetAPIServer()
 	if sig == syscall.SIGKILL {
-		pid, err := apiServerPID(api.SecureServing.Port)
+		pid, err := apiServerPID(api.Port)
 		if err != nil {
 			return err
 		}
@@ -154,7 +154,7 @@ func (a *APIServer) restart(ctx context.Context, sig syscall.Signal) error {
 		return fmt.Errorf("stop kube-apiserver: %w", err)
 	}
 	if err := api.Start(); err != nil {
-		return fmt.Errorf("start kube-apiserver again on %s: %w", api.SecureServing.HostPort(), err)
+		return fmt.Errorf("start kube-apiserver again on %s: %w", api.HostPort(), err)
 	}
 	return a.waitReady(ctx)
 }

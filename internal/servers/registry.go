@@ -62,7 +62,7 @@ func StartRegistry(ctx context.Context, o RegistryOptions) (*Registry, error) {
 		return nil, fmt.Errorf("listen for the OCI registry: %w", err)
 	}
 	r := &Registry{Host: l.Addr().String(), opts: o}
-	var h http.Handler = registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	h = r.observe(h)
 	if o.Username != "" || o.Password != "" {
 		h = basicAuth(o.Username, o.Password, h)

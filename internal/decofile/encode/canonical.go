@@ -310,20 +310,20 @@ func (c *canonicalizer) key(m member) []byte {
 // write is the second pass: it appends the canonical form of the (valid) value at pos to dst
 // and returns the offset just past it.
 func (c *canonicalizer) write(dst *bytes.Buffer, pos int) (int, error) {
-	switch ch := c.in[pos]; {
-	case ch == '{':
+	switch c.in[pos] {
+	case '{':
 		return c.writeObject(dst, pos)
-	case ch == '[':
+	case '[':
 		return c.writeArray(dst, pos)
-	case ch == '"':
+	case '"':
 		return c.writeString(dst, pos)
-	case ch == 't':
+	case 't':
 		dst.WriteString("true")
 		return pos + 4, nil
-	case ch == 'f':
+	case 'f':
 		dst.WriteString("false")
 		return pos + 5, nil
-	case ch == 'n':
+	case 'n':
 		dst.WriteString("null")
 		return pos + 4, nil
 	default:

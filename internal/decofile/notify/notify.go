@@ -19,8 +19,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	decov1alpha1 "github.com/siteops/siteops/api/deco/v1alpha1"
 )
 
 // Protocol is how a pod is told about new content.

@@ -209,7 +209,7 @@ func (e *Env) Installed(t *testing.T, ns string) {
 				return nil
 			}
 		}
-		return fmt.Errorf("Lease holder %q is none of the manager pods", holder)
+		return fmt.Errorf("the Lease holder %q is none of the manager pods", holder)
 	})
 	t.Logf("manager pod %s holds the Lease (%s after helm returned)", holder, took.Round(time.Millisecond))
 	e.relayToManagers()
