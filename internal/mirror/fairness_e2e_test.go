@@ -158,8 +158,11 @@ func TestHangingTenantRemoteHoldsNoOtherTenant(t *testing.T) {
 		Spec: mirrorv1alpha1.CommitRequestSpec{TargetRef: mirrorv1alpha1.TargetReference{Name: "site"}, Message: "first"}}))
 	testenv.Eventually(t, 30*time.Second, func() error {
 		c, err := commitRequestReason(noisy.Client, noisy.Namespace, "first")
-		if err != nil || c == nil || c.Status != metav1.ConditionTrue {
-			return fmt.Errorf("first request: %+v, %v", c, err)
+		if err != nil {
+			return fmt.Errorf("first request: %w", err)
+		}
+		if c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("first request: %+v", c)
 		}
 		return nil
 	})
@@ -229,8 +232,11 @@ func TestHangingTenantRemoteHoldsNoOtherTenant(t *testing.T) {
 	testenv.Eventually(t, normal, func() error {
 		c, err := commitRequestReason(quiet.Client, quiet.Namespace, "release")
 		// NothingPending when the window's quiet second closed it first: served either way.
-		if err != nil || c == nil || c.Status != metav1.ConditionTrue {
-			return fmt.Errorf("quiet request Committed = %+v, %v", c, err)
+		if err != nil {
+			return fmt.Errorf("quiet request: %w", err)
+		}
+		if c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("quiet request Committed = %+v", c)
 		}
 		if got := quietRepo.file("quiet/" + quiet.Namespace + "/core/configmaps/app.yaml"); !strings.Contains(got, "green") {
 			return fmt.Errorf("the quiet tenant's change is not on its branch: %q", got)

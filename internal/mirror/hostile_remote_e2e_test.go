@@ -71,8 +71,11 @@ func TestTenantTreeBombFolderIsNotSwept(t *testing.T) {
 	} {
 		testenv.Eventually(t, time.Minute, func() error {
 			out, err := gitFiles(remote.RepoDir(repo), path)
-			if err != nil || !strings.Contains(out, path) {
-				return fmt.Errorf("%s does not hold %s yet (%v)", repo, path, err)
+			if err != nil {
+				return fmt.Errorf("list the files of %s: %w", repo, err)
+			}
+			if !strings.Contains(out, path) {
+				return fmt.Errorf("%s does not hold %s yet", repo, path)
 			}
 			return nil
 		})

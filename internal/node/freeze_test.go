@@ -29,7 +29,10 @@ func TestNodeFreezePodHangsIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	hung := &http.Client{Timeout: 2 * time.Second}
-	_, err = hung.Get(url)
+	res, err := hung.Get(url)
+	if err == nil {
+		res.Body.Close()
+	}
 	var ne net.Error
 	if err == nil || !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("a frozen pod's answer: %v, want a time-out", err)

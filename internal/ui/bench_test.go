@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -153,6 +154,7 @@ func BenchmarkLivePages50(b *testing.B) {
 		runtime.ReadMemStats(&before)
 		ctx, cancel := context.WithCancel(context.Background())
 		var bodies []*bufio.Reader
+		var streams []io.Closer
 		for i := range 50 {
 			// One person may keep 20 pages open: these are 50 people's.
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ts.URL+"/live", nil)
@@ -162,8 +164,10 @@ func BenchmarkLivePages50(b *testing.B) {
 				b.Fatalf("open a live page: %v", err)
 			}
 			if res.StatusCode != http.StatusOK {
+				res.Body.Close()
 				b.Fatalf("open a live page: HTTP %d", res.StatusCode)
 			}
+			streams = append(streams, res.Body)
 			bodies = append(bodies, bufio.NewReader(res.Body))
 		}
 		if hub.Subscribers() != 50 {
@@ -188,6 +192,9 @@ func BenchmarkLivePages50(b *testing.B) {
 		// upper bound of the manager's share.
 		used := func(m runtime.MemStats) int64 { return int64(m.HeapInuse + m.StackInuse) }
 		b.ReportMetric(float64(used(after)-used(before))/(1<<20), "MiB/50-pages")
+		for _, s := range streams {
+			s.Close()
+		}
 		cancel()
 		ts.CloseClientConnections()
 		ts.Close()

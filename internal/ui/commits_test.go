@@ -102,7 +102,7 @@ func waitGitFile(t *testing.T, bare, path string) {
 	t.Helper()
 	testenv.Eventually(t, 30*time.Second, func() error {
 		if out, err := exec.Command("git", "--git-dir", bare, "cat-file", "-e", "main:"+path).CombinedOutput(); err != nil {
-			return fmt.Errorf("%s is not on main: %v: %s", path, err, out)
+			return fmt.Errorf("%s is not on main: %w: %s", path, err, out)
 		}
 		return nil
 	})
@@ -137,16 +137,20 @@ func liveChanges(t *testing.T, base, ns string) <-chan struct{} {
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
 	if res.StatusCode != http.StatusOK {
+		cancel()
+		res.Body.Close()
 		t.Fatalf("live stream: HTTP %d", res.StatusCode)
 	}
+	body := res.Body
 	out := make(chan struct{}, 64)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		sc := bufio.NewScanner(res.Body)
+		sc := bufio.NewScanner(body)
 		for sc.Scan() {
 			if sc.Text() == "event: change" {
 				select {
@@ -156,7 +160,7 @@ func liveChanges(t *testing.T, base, ns string) <-chan struct{} {
 			}
 		}
 	}()
-	t.Cleanup(func() { cancel(); res.Body.Close(); <-done })
+	t.Cleanup(func() { cancel(); body.Close(); <-done })
 	return out
 }
 

@@ -91,11 +91,15 @@ func (o *oidcEnv) signIn(t *testing.T, b *testenv.Browser, path string) string {
 	testenv.Eventually(t, 20*time.Second, func() error {
 		ctx, cancel := contextFor(b, 5*time.Second)
 		defer cancel()
-		if ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](landed)); err != nil || !ok {
-			at, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`location.href`))
-			return fmt.Errorf("after signing in the browser is at %s, want %s (%v)", at, o.base+path, err)
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](landed))
+		if err == nil && ok {
+			return nil
 		}
-		return nil
+		at, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`location.href`))
+		if err != nil {
+			return fmt.Errorf("after signing in the browser is at %s, want %s: %w", at, o.base+path, err)
+		}
+		return fmt.Errorf("after signing in the browser is at %s, want %s", at, o.base+path)
 	})
 	return testenv.Eval[string](t, b, `document.querySelector("main").innerText`)
 }

@@ -2,6 +2,7 @@ package ui_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -140,8 +141,11 @@ func TestPushShowsItsRolloutLive(t *testing.T) {
 	testenv.Eventually(t, 20*time.Second, func() error {
 		// The navigation interrupts evaluations; try again until the new page answers.
 		loaded, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.__before === undefined && document.querySelector("#live-status.on") !== null`))
-		if err != nil || !loaded {
-			return fmt.Errorf("the page did not load again after Reconcile (%v)", err)
+		if err != nil {
+			return fmt.Errorf("the page did not load again after Reconcile: %w", err)
+		}
+		if !loaded {
+			return errors.New("the page did not load again after Reconcile")
 		}
 		return nil
 	})

@@ -377,8 +377,11 @@ func TestActionsAreTheirPersons(t *testing.T) {
 	b.Do(t, chromedp.Click(chromedp.Search(`//button[text()="Resume"]`)), chromedp.WaitVisible(chromedp.Search(`//button[text()="Suspend"]`)))
 	b.Do(t, chromedp.Click(chromedp.Search(`//button[text()="Reconcile"]`)))
 	testenv.Eventually(t, 10*time.Second, func() error {
-		if err := e.c.Client.Get(t.Context(), key, &d); err != nil || d.Spec.Suspend || d.Annotations[decov1.AnnotationReconcileRequestedAt] == "" {
-			return fmt.Errorf("after Resume and Reconcile: suspend=%v, annotations %v, err %v", d.Spec.Suspend, d.Annotations, err)
+		if err := e.c.Client.Get(t.Context(), key, &d); err != nil {
+			return fmt.Errorf("after Resume and Reconcile: %w", err)
+		}
+		if d.Spec.Suspend || d.Annotations[decov1.AnnotationReconcileRequestedAt] == "" {
+			return fmt.Errorf("after Resume and Reconcile: suspend=%v, annotations %v", d.Spec.Suspend, d.Annotations)
 		}
 		return nil
 	})

@@ -49,7 +49,7 @@ func (m *mirrorLoad) commitRequest(ctx context.Context, message string) (commitO
 	var last *metav1.Condition
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(cr), cr); err != nil {
-			return false, nil // the API server may be restarting
+			return false, nil //nolint:nilerr // the API server may be restarting: the poll retries the read
 		}
 		last = meta.FindStatusCondition(cr.Status.Conditions, mirrorv1alpha1.ConditionCommitted)
 		if last == nil || cr.Status.CompletionTime == nil {

@@ -328,8 +328,11 @@ func (s *soak) s3ObjectsHoldLastContent(ctx context.Context) error {
 		}
 		body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		resp.Body.Close()
-		if err != nil || resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s: GET %s: %d %v", tn.name, df.Status.S3URL, resp.StatusCode, err)
+		if err != nil {
+			return fmt.Errorf("%s: GET %s: read the body: %w", tn.name, df.Status.S3URL, err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: GET %s: HTTP %d", tn.name, df.Status.S3URL, resp.StatusCode)
 		}
 		if _, title := tn.last(); !strings.Contains(string(body), title) {
 			return fmt.Errorf("%s: the object at %s holds %.120s, want %q", tn.name, df.Status.S3URL, body, title)

@@ -197,8 +197,12 @@ func TestWatchCursorsFollowASentinelFailover(t *testing.T) {
 	replica := redis.NewClient(&redis.Options{Addr: set.Replicas[0].Addr, Password: "s3cret"})
 	defer replica.Close()
 	testenv.Eventually(t, 10*time.Second, func() error {
-		if v, err := replica.Get(ctx, "fo:watch:v1:target:uid:/configmaps:namespace:ns:last-rv").Result(); err != nil || v != "41" {
-			return fmt.Errorf("replica holds %q (%v)", v, err)
+		v, err := replica.Get(ctx, "fo:watch:v1:target:uid:/configmaps:namespace:ns:last-rv").Result()
+		if err != nil {
+			return fmt.Errorf("read the cursor on the replica: %w", err)
+		}
+		if v != "41" {
+			return fmt.Errorf("replica holds %q", v)
 		}
 		return nil
 	})
