@@ -6,8 +6,8 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -140,7 +140,7 @@ func (in *DecofileSpec) DeepCopyInto(out *DecofileSpec) {
 	}
 	if in.Interval != nil {
 		in, out := &in.Interval, &out.Interval
-		*out = new(metav1.Duration)
+		*out = new(v1.Duration)
 		**out = **in
 	}
 	if in.Rollout != nil {
@@ -165,7 +165,7 @@ func (in *DecofileStatus) DeepCopyInto(out *DecofileStatus) {
 	*out = *in
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
-		*out = make([]metav1.Condition, len(*in))
+		*out = make([]v1.Condition, len(*in))
 		for i := range *in {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
@@ -263,7 +263,7 @@ func (in *InlineSource) DeepCopyInto(out *InlineSource) {
 	*out = *in
 	if in.Value != nil {
 		in, out := &in.Value, &out.Value
-		*out = make(map[string]v1.JSON, len(*in))
+		*out = make(map[string]apiextensionsv1.JSON, len(*in))
 		for key, val := range *in {
 			(*out)[key] = *val.DeepCopy()
 		}
@@ -336,7 +336,7 @@ func (in *RolloutRecord) DeepCopyInto(out *RolloutRecord) {
 	in.FinishedAt.DeepCopyInto(&out.FinishedAt)
 	if in.Duration != nil {
 		in, out := &in.Duration, &out.Duration
-		*out = new(metav1.Duration)
+		*out = new(v1.Duration)
 		**out = **in
 	}
 }
@@ -361,7 +361,7 @@ func (in *RolloutSpec) DeepCopyInto(out *RolloutSpec) {
 	}
 	if in.Pause != nil {
 		in, out := &in.Pause, &out.Pause
-		*out = new(metav1.Duration)
+		*out = new(v1.Duration)
 		**out = **in
 	}
 	if in.Check != nil {
