@@ -135,6 +135,14 @@ func (w *gitTree) each(tree plumbing.Hash, depth int, fn func(name string, mode 
 	malformed := func(what string) error {
 		return &Error{Reason: ReasonInvalidArchive, Err: fmt.Errorf("folder %s of commit %s is malformed: %s", tree, w.commit, what)}
 	}
+	// cut tells an entry the object's end cuts short (malformed) from a failed read of the object.
+	cut := func(err error, what string) error {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return malformed(what)
+		}
+		return &Error{Reason: ReasonInvalidArchive, Err: fmt.Errorf("read folder %s of commit %s: its object failed to read partway: %w; "+
+			"check the disk that holds the operator's temporary repositories, and the remote's repository with git fsck", tree, w.commit, err)}
+	}
 	for {
 		if err := w.ctx.Err(); err != nil {
 			return err
@@ -144,7 +152,7 @@ func (w *gitTree) each(tree plumbing.Hash, depth int, fn func(name string, mode 
 			return nil
 		}
 		if err != nil {
-			return malformed("an entry has no mode")
+			return cut(err, "an entry has no mode")
 		}
 		fm, err := filemode.New(mode[:len(mode)-1])
 		if err != nil {
@@ -152,7 +160,7 @@ func (w *gitTree) each(tree plumbing.Hash, depth int, fn func(name string, mode 
 		}
 		name, err := r.ReadString(0)
 		if err != nil {
-			return malformed("an entry has no name")
+			return cut(err, "an entry has no name")
 		}
 		name = name[:len(name)-1]
 		if name == "" || name == "." || name == ".." || strings.Contains(name, "/") {
@@ -160,7 +168,7 @@ func (w *gitTree) each(tree plumbing.Hash, depth int, fn func(name string, mode 
 		}
 		var h plumbing.Hash
 		if _, err := io.ReadFull(r, h[:]); err != nil {
-			return malformed("an entry's object id is cut short")
+			return cut(err, "an entry's object id is cut short")
 		}
 		if err := w.c.visit(); err != nil {
 			return err
