@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -15,7 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -128,6 +131,18 @@ type eventLister struct {
 	filter   eventFilter
 	out      io.Writer
 	errOut   io.Writer
+	// clock times the watches and the waits between them; nil means the real clock.
+	clock clock.Clock
+}
+
+// watchSteadyAfter is how long a watch that delivered nothing must last for the next one to start
+// at once: one that lasted this long is a server's timeout, not a refusal.
+const watchSteadyAfter = 10 * time.Second
+
+// watchRestartBackoff is the wait before a watch restarts after one that ended soon and delivered
+// nothing: 500 ms, doubling with each such watch in a row up to 30 s.
+func watchRestartBackoff() wait.Backoff {
+	return wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Cap: 30 * time.Second, Steps: math.MaxInt32}
 }
 
 // list reads the matching Events in scope, oldest first, and the list's resource version.
@@ -209,27 +224,58 @@ func (e *eventLister) run(ctx context.Context, follow bool) error {
 	if err := flush(); err != nil || !follow {
 		return err
 	}
+	clk := e.clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	backoff := watchRestartBackoff()
 	for {
+		from, started := rv, clk.Now()
 		var expired bool
 		rv, expired, err = e.watchFrom(ctx, ns, rv, func(ev *eventsv1.Event) error {
 			show(ev, time.Now())
 			return flush()
 		})
-		if err == nil && expired {
-			// What happened since the expired version, each Event once.
-			if evs, rv, _, _, err = e.list(ctx); err == nil {
-				for i := range evs {
-					show(&evs[i], time.Now())
-				}
-				err = flush()
-			}
-		}
 		if ctx.Err() != nil {
 			return nil //nolint:nilerr // the caller ending ctx is how -w stops; the watch's error then only reports that
 		}
 		if err != nil {
 			return err
 		}
+		// An API server that closes every watch at once is asked again less and less often.
+		if rv != from || clk.Since(started) >= watchSteadyAfter {
+			backoff = watchRestartBackoff()
+		} else if !waitFor(ctx, clk, backoff.Step()) {
+			return nil
+		}
+		if !expired {
+			continue
+		}
+		// What happened since the expired version, each Event once.
+		if evs, rv, _, _, err = e.list(ctx); err == nil {
+			for i := range evs {
+				show(&evs[i], time.Now())
+			}
+			err = flush()
+		}
+		if ctx.Err() != nil {
+			return nil //nolint:nilerr // as above: ctx ending stops -w
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// waitFor waits d on clk and reports whether it did, false when ctx ended first.
+func waitFor(ctx context.Context, clk clock.Clock, d time.Duration) bool {
+	t := clk.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C():
+		return true
 	}
 }
 

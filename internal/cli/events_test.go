@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/siteops/siteops/internal/testenv"
@@ -93,12 +95,16 @@ func TestEvents(t *testing.T) {
 
 // scriptedEvents is a client whose lists and watches of Events follow a script: each list
 // answers at the next version of lists, each watch delivers the next events of watches and
-// ends. It records the version each watch started from.
+// ends. It records the version each watch started from and, with a clock, when; the watch
+// whose index is in lasts moves the clock on by that much before it ends.
 type scriptedEvents struct {
 	client.WithWatch
 	lists   []eventsv1.EventList
 	watches [][]watch.Event
 	from    []string
+	clock   *jumpingClock
+	lasts   map[int]time.Duration
+	at      []time.Time
 }
 
 func (s *scriptedEvents) List(_ context.Context, l client.ObjectList, _ ...client.ListOption) error {
@@ -113,6 +119,10 @@ func (s *scriptedEvents) Watch(_ context.Context, _ client.ObjectList, opts ...c
 	o := &client.ListOptions{}
 	o.ApplyOptions(opts)
 	s.from = append(s.from, o.Raw.ResourceVersion)
+	if s.clock != nil {
+		s.at = append(s.at, s.clock.Now())
+		s.clock.Step(s.lasts[len(s.at)-1])
+	}
 	if len(s.watches) == 0 {
 		return nil, errors.New("no watch left in the script")
 	}
@@ -123,6 +133,31 @@ func (s *scriptedEvents) Watch(_ context.Context, _ client.ObjectList, opts ...c
 	w.Stop() // the API server ends the watch once it delivered them
 	s.watches = s.watches[1:]
 	return w, nil
+}
+
+// jumpingClock is a fake clock that moves on at once by each wait asked of it, so that waits
+// take no time; the wait numbered cancelAt (from 1) ends ctx through cancel instead. It counts
+// the waits.
+type jumpingClock struct {
+	*clocktesting.FakeClock
+	waits    int
+	cancelAt int
+	cancel   context.CancelFunc
+}
+
+func newJumpingClock() *jumpingClock {
+	return &jumpingClock{FakeClock: clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
+}
+
+func (c *jumpingClock) NewTimer(d time.Duration) clock.Timer {
+	t := c.FakeClock.NewTimer(d)
+	c.waits++
+	if c.waits == c.cancelAt {
+		c.cancel()
+		return t
+	}
+	c.Step(d)
+	return t
 }
 
 func scriptedEvent(name, rv, reporter string) *eventsv1.Event {
@@ -151,10 +186,14 @@ func TestEventsWatchResumes(t *testing.T) {
 		},
 	}
 	var out strings.Builder
-	e := eventLister{c: s, scope: scope{namespace: "ns"}, out: &out, errOut: io.Discard}
+	clk := newJumpingClock()
+	e := eventLister{c: s, scope: scope{namespace: "ns"}, out: &out, errOut: io.Discard, clock: clk}
 	err := e.run(context.Background(), true)
 	if err == nil || !strings.Contains(err.Error(), "etcd is unavailable") {
 		t.Errorf("run after a watch reported an internal error = %v, want that error", err)
+	}
+	if clk.waits != 1 {
+		t.Errorf("%d waits before a watch or list, want 1: after the expired watch, which delivered nothing", clk.waits)
 	}
 	if want := []string{"10", "12", "20"}; !slices.Equal(s.from, want) {
 		t.Errorf("watches started from versions %q, want %q", s.from, want)
@@ -169,6 +208,73 @@ func TestEventsWatchResumes(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "kubelet") {
 		t.Errorf("another controller's Event is shown:\n%s", out.String())
+	}
+}
+
+// TestEventsWatchBacksOff: -w restarts a watch the API server closed at once, having delivered
+// nothing, only after a wait that doubles with each such watch in a row, up to 30 s; a watch
+// that delivered an Event, or lasted 10 s, lets the next start at once and the waits start over.
+func TestEventsWatchBacksOff(t *testing.T) {
+	const s = time.Second
+	watches := make([][]watch.Event, 17)
+	watches[3] = []watch.Event{{Type: watch.Added, Object: scriptedEvent("watched", "11", "siteops-decofile")}}
+	sc := &scriptedEvents{
+		lists:   []eventsv1.EventList{{ListMeta: metav1.ListMeta{ResourceVersion: "10"}}},
+		watches: watches,
+		clock:   newJumpingClock(),
+		lasts:   map[int]time.Duration{6: watchSteadyAfter},
+	}
+	e := eventLister{c: sc, scope: scope{namespace: "ns"}, out: io.Discard, errOut: io.Discard, clock: sc.clock}
+	if err := e.run(context.Background(), true); err == nil || !strings.Contains(err.Error(), "no watch left") {
+		t.Fatalf("run to the end of the script = %v, want the script's end", err)
+	}
+	if len(sc.at) != len(watches)+1 {
+		t.Fatalf("%d watches started, want %d", len(sc.at), len(watches)+1)
+	}
+	var gaps []time.Duration
+	for i := 1; i < len(sc.at); i++ {
+		gaps = append(gaps, sc.at[i].Sub(sc.at[i-1]))
+	}
+	want := []time.Duration{
+		s / 2, s, 2 * s, // closed at once: the waits double
+		0,        // delivered an Event: the next starts at once
+		s / 2, s, // the waits start over
+		watchSteadyAfter,                                                      // lasted: the next starts at once
+		s / 2, s, 2 * s, 4 * s, 8 * s, 16 * s, 30 * s, 30 * s, 30 * s, 30 * s, // up to 30 s, no further
+	}
+	if !slices.Equal(gaps, want) {
+		t.Errorf("watches started %v apart, want %v", gaps, want)
+	}
+	if sc.clock.waits != 15 {
+		t.Errorf("%d waits between watches, want 15", sc.clock.waits)
+	}
+}
+
+// TestEventsWatchBackoffEndsWithContext: -w waiting to restart a watch ends without error once
+// its context ends, without starting another watch.
+func TestEventsWatchBackoffEndsWithContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	clk := newJumpingClock()
+	clk.cancelAt, clk.cancel = 2, cancel
+	sc := &scriptedEvents{
+		lists:   []eventsv1.EventList{{ListMeta: metav1.ListMeta{ResourceVersion: "10"}}},
+		watches: make([][]watch.Event, 3),
+		clock:   clk,
+	}
+	e := eventLister{c: sc, scope: scope{namespace: "ns"}, out: io.Discard, errOut: io.Discard, clock: clk}
+	done := make(chan error, 1)
+	go func() { done <- e.run(ctx, true) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("run whose context ended while it waited = %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run still waits after its context ended")
+	}
+	if len(sc.at) != 2 {
+		t.Errorf("%d watches started, want 2: none after the context ended", len(sc.at))
 	}
 }
 
