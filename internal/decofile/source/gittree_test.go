@@ -62,20 +62,26 @@ func storeObject(t *testing.T, s storer.EncodedObjectStorer, typ plumbing.Object
 	return h
 }
 
-// TestGitTreeWrappedEOF: a folder whose object reader reports its end with a wrapped io.EOF is
-// read to its end, not refused as malformed.
-func TestGitTreeWrappedEOF(t *testing.T) {
-	st := memory.NewStorage()
-	blob := storeObject(t, st, plumbing.BlobObject, func(o plumbing.EncodedObject) error {
+// storeBlob stores content as a blob in st and returns its hash.
+func storeBlob(t *testing.T, st *memory.Storage, content string) plumbing.Hash {
+	t.Helper()
+	return storeObject(t, st, plumbing.BlobObject, func(o plumbing.EncodedObject) error {
 		w, err := o.Writer()
 		if err != nil {
 			return err
 		}
-		if _, err := io.WriteString(w, `{"ok":true}`); err != nil {
+		if _, err := io.WriteString(w, content); err != nil {
 			return err
 		}
 		return w.Close()
 	})
+}
+
+// TestGitTreeWrappedEOF: a folder whose object reader reports its end with a wrapped io.EOF is
+// read to its end, not refused as malformed.
+func TestGitTreeWrappedEOF(t *testing.T) {
+	st := memory.NewStorage()
+	blob := storeBlob(t, st, `{"ok":true}`)
 	sub := storeObject(t, st, plumbing.TreeObject, (&object.Tree{Entries: []object.TreeEntry{{Name: "a.json", Mode: filemode.Regular, Hash: blob}}}).Encode)
 	root := storeObject(t, st, plumbing.TreeObject, (&object.Tree{Entries: []object.TreeEntry{{Name: "b", Mode: filemode.Dir, Hash: sub}}}).Encode)
 
@@ -141,16 +147,7 @@ func (r *cutReader) Close() error { return r.rc.Close() }
 // a folder whose object ends there is malformed.
 func TestGitTreeReadFailure(t *testing.T) {
 	st := memory.NewStorage()
-	blob := storeObject(t, st, plumbing.BlobObject, func(o plumbing.EncodedObject) error {
-		w, err := o.Writer()
-		if err != nil {
-			return err
-		}
-		if _, err := io.WriteString(w, `{"ok":true}`); err != nil {
-			return err
-		}
-		return w.Close()
-	})
+	blob := storeBlob(t, st, `{"ok":true}`)
 	// One entry: "100644 a.json\x00" and 20 bytes of object id.
 	root := storeObject(t, st, plumbing.TreeObject, (&object.Tree{Entries: []object.TreeEntry{{Name: "a.json", Mode: filemode.Regular, Hash: blob}}}).Encode)
 	for _, c := range []struct {
