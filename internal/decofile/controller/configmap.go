@@ -159,9 +159,8 @@ func timestampOf(cm *corev1.ConfigMap) int64 {
 	return ts
 }
 
-// writeConfigMap creates or replaces the ConfigMap's data with res at timestamp ts, and returns
-// the resource version the API server gave the write.
-func (r *Reconciler) writeConfigMap(ctx context.Context, df *decov1.Decofile, cm *corev1.ConfigMap, res *encode.Result, hash string, ts int64) (string, error) {
+// writeConfigMap creates or replaces the ConfigMap's data with res at timestamp ts.
+func (r *Reconciler) writeConfigMap(ctx context.Context, df *decov1.Decofile, cm *corev1.ConfigMap, res *encode.Result, hash string, ts int64) error {
 	create := cm == nil
 	if create {
 		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: df.ConfigMapName(), Namespace: df.Namespace}}
@@ -171,7 +170,7 @@ func (r *Reconciler) writeConfigMap(ctx context.Context, df *decov1.Decofile, cm
 	cm.Data = map[string]string{res.Key: res.Data, decov1.KeyTimestamp: strconv.FormatInt(ts, 10)}
 	cm.BinaryData = nil
 	if err := controllerutil.SetControllerReference(df, cm, r.client.Scheme()); err != nil {
-		return "", &source.Error{Reason: ReasonStoreFailed, Err: fmt.Errorf("own ConfigMap %s: %w", cm.Name, err)}
+		return &source.Error{Reason: ReasonStoreFailed, Err: fmt.Errorf("own ConfigMap %s: %w", cm.Name, err)}
 	}
 	var err error
 	if create {
@@ -181,9 +180,9 @@ func (r *Reconciler) writeConfigMap(ctx context.Context, df *decov1.Decofile, cm
 	}
 	if err != nil {
 		if apierrors.IsRequestEntityTooLargeError(err) || apierrors.IsInvalid(err) {
-			return "", &source.Error{Reason: decov1.ReasonTooLarge, Err: fmt.Errorf("the API server refused ConfigMap %s (%d bytes stored): %w; use spec.target: s3", cm.Name, res.StoredBytes(), err)}
+			return &source.Error{Reason: decov1.ReasonTooLarge, Err: fmt.Errorf("the API server refused ConfigMap %s (%d bytes stored): %w; use spec.target: s3", cm.Name, res.StoredBytes(), err)}
 		}
-		return "", &source.Error{Reason: ReasonStoreFailed, Transient: true, Err: fmt.Errorf("write ConfigMap %s: %w", cm.Name, err)}
+		return &source.Error{Reason: ReasonStoreFailed, Transient: true, Err: fmt.Errorf("write ConfigMap %s: %w", cm.Name, err)}
 	}
-	return cm.ResourceVersion, nil
+	return nil
 }

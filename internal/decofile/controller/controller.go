@@ -293,9 +293,6 @@ type outcome struct {
 	restored bool
 	// adopted: an existing ConfigMap already held the content and was taken over unchanged.
 	adopted bool
-	// storedAt is the resource version of the ConfigMap holding the new content, once it was
-	// written or adopted; empty for other targets.
-	storedAt string
 }
 
 // Reconcile brings one Decofile's ConfigMap and status up to date.
@@ -383,7 +380,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	setKstatus(next, out, df.Generation)
 	var settle func(*decov1.Decofile) bool
 	if out.err == nil {
-		settle = r.settleRollout(ctx, &df, next, out.storedAt)
+		settle = r.settleRollout(ctx, &df, next)
 	}
 	if err := r.patchStatus(ctx, &df, next, settle); err != nil {
 		return ctrl.Result{}, err

@@ -147,7 +147,7 @@ func (r *Reconciler) store(ctx context.Context, df *decov1.Decofile, next *decov
 				next.LastUpdated = &now
 			}
 			out := succeeded(false)
-			out.adopted, out.storedAt = true, cm.ResourceVersion
+			out.adopted = true
 			return out
 		}
 		if conflict != nil {
@@ -199,8 +199,7 @@ func (r *Reconciler) store(ctx context.Context, df *decov1.Decofile, next *decov
 		}
 		ts = max(r.now().Unix(), df.Status.Timestamp+1, stored+1)
 	}
-	storedAt, err := r.writeConfigMap(ctx, df, cm, res, hash, ts)
-	if err != nil {
+	if err := r.writeConfigMap(ctx, df, cm, res, hash, ts); err != nil {
 		return fail(err)
 	}
 	if len(stranded) > 0 {
@@ -221,9 +220,7 @@ func (r *Reconciler) store(ctx context.Context, df *decov1.Decofile, next *decov
 	next.ConfigMapName = df.ConfigMapName()
 	rawBytes.WithLabelValues(df.Namespace, df.Name).Set(float64(res.RawBytes))
 	storedBytes.WithLabelValues(df.Namespace, df.Name).Set(float64(res.StoredBytes()))
-	out := succeeded(true)
-	out.storedAt = storedAt
-	return out
+	return succeeded(true)
 }
 
 // contentLimit is the most JSON an existing ConfigMap value is decoded to when it is checked

@@ -15,19 +15,18 @@ import (
 // etcd CPU per Decofile.
 type RolloutSettler interface {
 	// Settle is asked once the content is stored, before next (new content, Ready) is written
-	// as df's status. storedAt is the resource version of the write that stored the content
-	// when it has one (a ConfigMap), empty otherwise. It returns the change that also records
-	// the rollout of that content as done, or nil when the rollout controller must run it.
-	Settle(ctx context.Context, df *decov1.Decofile, next *decov1.DecofileStatus, storedAt string) (func(*decov1.Decofile) bool, error)
+	// as df's status. It returns the change that also records the rollout of that content as
+	// done, or nil when the rollout controller must run it.
+	Settle(ctx context.Context, df *decov1.Decofile, next *decov1.DecofileStatus) (func(*decov1.Decofile) bool, error)
 }
 
 // settleRollout asks the settler, when there is one, whether the rollout of the new content in
 // next can be written with it. An error leaves the rollout to its controller.
-func (r *Reconciler) settleRollout(ctx context.Context, df *decov1.Decofile, next *decov1.DecofileStatus, storedAt string) func(*decov1.Decofile) bool {
+func (r *Reconciler) settleRollout(ctx context.Context, df *decov1.Decofile, next *decov1.DecofileStatus) func(*decov1.Decofile) bool {
 	if r.opts.Rollout == nil || next.ContentHash == "" || next.ContentHash == df.Status.ContentHash {
 		return nil
 	}
-	settle, err := r.opts.Rollout.Settle(ctx, df, next, storedAt)
+	settle, err := r.opts.Rollout.Settle(ctx, df, next)
 	if err != nil {
 		logf.FromContext(ctx).V(1).Info("rollout left to its controller", "error", err.Error())
 		return nil

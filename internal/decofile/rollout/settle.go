@@ -28,7 +28,7 @@ type Settler struct {
 // plain (not progressive) rollouts, is not silent, and has no pod; nil otherwise. A Decofile
 // whose last rollout had pods is left to the rollout controller without a listing: it most
 // likely has pods still, and the rollout lists them anyway.
-func (s Settler) Settle(ctx context.Context, df *decov1alpha1.Decofile, next *decov1alpha1.DecofileStatus, storedAt string) (func(*decov1alpha1.Decofile) bool, error) {
+func (s Settler) Settle(ctx context.Context, df *decov1alpha1.Decofile, next *decov1alpha1.DecofileStatus) (func(*decov1alpha1.Decofile) bool, error) {
 	hash := next.ContentHash
 	if df.Spec.Silent || df.Spec.Rollout != nil || !df.TargetOrDefault().Supported() ||
 		hash == "" || hash == next.NotifiedHash {
@@ -37,7 +37,7 @@ func (s Settler) Settle(ctx context.Context, df *decov1alpha1.Decofile, next *de
 	if ro := next.Rollout; ro != nil && (ro.Total > 0 || ro.FailedHash == hash) {
 		return nil, nil
 	}
-	if has, err := hasPods(ctx, s.Reader, df, storedAt); err != nil || has {
+	if has, err := hasPods(ctx, s.Reader, df); err != nil || has {
 		return nil, err
 	}
 	var counted sync.Once // the change is made again when the write is retried
@@ -53,11 +53,9 @@ func (s Settler) Settle(ctx context.Context, df *decov1alpha1.Decofile, next *de
 }
 
 // hasPods reports whether any pod is selected for df (see selectPods), listing at most one
-// pod's metadata per selector. Each list is at least as new as resource version since, the
-// write that stored the content; a consistent list when since is empty. Either waits for the
-// API server's cache of pods to catch up, and this wait is in the delivery's path: the
-// selectors are listed at once.
-func hasPods(ctx context.Context, r client.Reader, df *decov1alpha1.Decofile, since string) (bool, error) {
+// pod's metadata per selector. The selectors are listed at once: each consistent list waits for
+// the API server's cache to catch up, and this wait is in the delivery's path.
+func hasPods(ctx context.Context, r client.Reader, df *decov1alpha1.Decofile) (bool, error) {
 	selectors := podSelectors(df)
 	found := make([]bool, len(selectors))
 	g, ctx := errgroup.WithContext(ctx)
@@ -65,11 +63,7 @@ func hasPods(ctx context.Context, r client.Reader, df *decov1alpha1.Decofile, si
 		g.Go(func() error {
 			var list metav1.PartialObjectMetadataList
 			list.SetGroupVersionKind(podListGVK)
-			opts := []client.ListOption{client.InNamespace(df.Namespace), sel, client.Limit(1)}
-			if since != "" {
-				opts = append(opts, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: since, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan}})
-			}
-			if err := r.List(ctx, &list, opts...); err != nil {
+			if err := r.List(ctx, &list, client.InNamespace(df.Namespace), sel, client.Limit(1)); err != nil {
 				return fmt.Errorf("list pods %v: %w", map[string]string(sel), err)
 			}
 			found[i] = len(list.Items) > 0
