@@ -9,12 +9,13 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 )
 
 // Metric reads the API server's /metrics and sums the samples of name whose labels include every
-// pair in labels; it also returns those samples, one line each, as the API server wrote them.
-func (c *Cluster) Metric(t testing.TB, name string, labels map[string]string) (float64, []string) {
+// pair in want; it also returns those samples, one line each in the text format.
+func (c *Cluster) Metric(t testing.TB, name string, want map[string]string) (float64, []string) {
 	t.Helper()
 	cs, err := kubernetes.NewForConfig(c.Config)
 	if err != nil {
@@ -29,16 +30,17 @@ func (c *Cluster) Metric(t testing.TB, name string, labels map[string]string) (f
 	if err != nil {
 		t.Fatalf("parse the API server's metrics: %v", err)
 	}
+	match := labels.SelectorFromSet(want)
 	sum := 0.0
 	var lines []string
 	for _, m := range families[name].GetMetric() {
-		have := map[string]string{}
+		have := labels.Set{}
 		var pairs []string
 		for _, l := range m.GetLabel() {
 			have[l.GetName()] = l.GetValue()
 			pairs = append(pairs, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
 		}
-		if !includes(have, labels) {
+		if !match.Matches(have) {
 			continue
 		}
 		// One of these is set, as the family's type says.
@@ -47,15 +49,6 @@ func (c *Cluster) Metric(t testing.TB, name string, labels map[string]string) (f
 		lines = append(lines, fmt.Sprintf("%s{%s} %g", name, strings.Join(pairs, ","), v))
 	}
 	return sum, lines
-}
-
-func includes(have, want map[string]string) bool {
-	for k, v := range want {
-		if have[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // Watches is the number of watches of resource (plural, e.g. "configmaps") the API server holds
